@@ -1,0 +1,9 @@
+/*
+ * ferry/ferry.h - umbrella header: everything a ferry program uses.
+ */
+#ifndef FERRY_FERRY_H
+#define FERRY_FERRY_H
+
+#include <ferry/verbs.h>
+
+#endif /* FERRY_FERRY_H */

@@ -1,0 +1,160 @@
+/*
+ * ferry-internal.h - what the core objects and the providers share.
+ *
+ * The public objects (struct ferry_pd, ferry_cq, ...) are embedded as the
+ * first member of each provider's private struct; container_of gets back.
+ * A provider is one `const struct ferry_provider` (libevent's eventop is the
+ * model): a name, a device lister, and one function per verb.  The core
+ * (core.c) checks arguments that do not depend on the provider and
+ * dispatches; providers never see NULL objects or out-of-range enums.
+ */
+#ifndef FERRY_INTERNAL_H
+#define FERRY_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <errno.h>
+
+#include <ferry/verbs.h>
+
+#ifndef container_of
+#define container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+#endif
+
+#define FERRY_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Set errno and return -1: the socket-style error convention. */
+#define ERR(e) (errno = (e), -1)
+
+#define likely(x)   __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+struct ferry_provider;
+
+struct ferry_device {
+	const struct ferry_provider *provider;
+	char name[64];
+	void *provider_data;	/* e.g. the struct ibv_device * of prov/verbs */
+};
+
+struct ferry_context {
+	struct ferry_device *device;
+	const struct ferry_provider *provider;
+};
+
+/*
+ * The provider table.  Every entry is mandatory; an operation a provider
+ * cannot do points at a function that fails with ENOTSUP.
+ */
+struct ferry_provider {
+	const char *name;	/* "shm", "verbs" */
+
+	/* Append up to @max devices to @devs; return how many, or -1. */
+	int (*get_devices)(struct ferry_device **devs, int max);
+
+	struct ferry_context *(*open_device)(struct ferry_device *dev);
+	int (*close_device)(struct ferry_context *ctx);
+	int (*query_device)(struct ferry_context *ctx, struct ferry_device_attr *attr);
+
+	struct ferry_pd *(*alloc_pd)(struct ferry_context *ctx);
+	int (*dealloc_pd)(struct ferry_pd *pd);
+	struct ferry_mr *(*reg_mr)(struct ferry_pd *pd, void *addr, size_t len, int access);
+	int (*dereg_mr)(struct ferry_mr *mr);
+
+	struct ferry_comp_channel *(*create_comp_channel)(struct ferry_context *ctx);
+	int (*destroy_comp_channel)(struct ferry_comp_channel *ch);
+	int (*get_cq_event)(struct ferry_comp_channel *ch, struct ferry_cq **cq_p);
+	struct ferry_cq *(*create_cq)(struct ferry_context *ctx, int cqe,
+				      struct ferry_comp_channel *ch);
+	int (*destroy_cq)(struct ferry_cq *cq);
+	int (*req_notify_cq)(struct ferry_cq *cq, int solicited_only);
+	void (*ack_cq_events)(struct ferry_cq *cq, unsigned int n);
+	int (*poll_cq)(struct ferry_cq *cq, int n, struct ferry_wc *wc);
+
+	struct ferry_qp *(*create_qp)(struct ferry_pd *pd, struct ferry_qp_init_attr *attr);
+	/*
+	 * The provider takes its QP lock, reads the current state (which it may
+	 * change asynchronously, e.g. to ERR when the peer dies), checks the
+	 * transition with ferry_qp_transition_ok, applies it and sets qp->state.
+	 */
+	int (*modify_qp)(struct ferry_qp *qp, struct ferry_qp_attr *attr, int mask);
+	int (*query_qp)(struct ferry_qp *qp, struct ferry_qp_attr *attr,
+			struct ferry_qp_init_attr *init_attr);
+	int (*destroy_qp)(struct ferry_qp *qp);
+	int (*post_send)(struct ferry_qp *qp, struct ferry_send_wr *wr,
+			 struct ferry_send_wr **bad);
+	int (*post_recv)(struct ferry_qp *qp, struct ferry_recv_wr *wr,
+			 struct ferry_recv_wr **bad);
+	int (*qp_exchange)(struct ferry_qp *qp, int sock, uint32_t *peer_qpn);
+};
+
+extern const struct ferry_provider ferry_shm_provider;
+#ifdef HAVE_VERBS
+extern const struct ferry_provider ferry_verbs_provider;
+#endif
+
+/* --- qp_state.c: the RC state machine of ibverbs --- */
+
+/*
+ * ferry_qp_transition_ok - is @cur -> @next legal with @mask for an RC QP?
+ * Checks required and allowed attribute bits as ibverbs does.
+ */
+bool ferry_qp_transition_ok(enum ferry_qp_state cur, enum ferry_qp_state next,
+			    int mask);
+
+/*
+ * ferry_qp_next_state - the target state of a modify: attr->qp_state when
+ * FERRY_QP_STATE is in @mask, else @cur.  Returns false (EINVAL) when
+ * FERRY_QP_CUR_STATE is given and differs from @cur.
+ */
+bool ferry_qp_next_state(enum ferry_qp_state cur, const struct ferry_qp_attr *attr,
+			 int mask, enum ferry_qp_state *next_p);
+
+/* --- log.c --- */
+
+enum ferry_log_level {
+	FERRY_LOG_ERROR,
+	FERRY_LOG_WARN,
+	FERRY_LOG_INFO,
+	FERRY_LOG_DEBUG,
+};
+
+/* Level from FERRY_LOG (error|warn|info|debug), read once; default warn. */
+enum ferry_log_level ferry_log_level(void);
+void ferry_log(enum ferry_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#define ferry_err(...)   ferry_log(FERRY_LOG_ERROR, __VA_ARGS__)
+#define ferry_warn(...)  ferry_log(FERRY_LOG_WARN, __VA_ARGS__)
+#define ferry_info(...)  ferry_log(FERRY_LOG_INFO, __VA_ARGS__)
+#define ferry_debug(...) \
+	do { if (ferry_log_level() >= FERRY_LOG_DEBUG) \
+		ferry_log(FERRY_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* --- alloc.c: ferry_alloc blocks (memfd-backed, shareable) --- */
+
+/* One ferry_alloc allocation: a sealed memfd mapped shared at addr. */
+struct ferry_block {
+	void *addr;
+	size_t size;		/* mapped size, page multiple */
+	int fd;			/* memfd, F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL */
+	uint64_t id;		/* process-unique, never reused */
+	unsigned long ino;	/* inode of the memfd: refuse it from peers */
+};
+
+/*
+ * ferry_block_find - the block containing [addr, addr+len), or NULL.
+ * Fills *blk_p with a copy (blocks may be freed concurrently; the copy's
+ * fd is only valid while the caller keeps a registration on it).
+ */
+bool ferry_block_find(const void *addr, size_t len, struct ferry_block *blk_p);
+bool ferry_block_by_id(uint64_t id, struct ferry_block *blk_p);
+/* Is @ino the inode of one of this process's own shared files? */
+bool ferry_block_is_own_inode(unsigned long ino);
+/* Create a sealed memfd of @size bytes (rounded up to pages). -1 + errno. */
+int ferry_memfd_create(const char *name, size_t size);
+unsigned long ferry_fd_inode(int fd);
+
+#endif /* FERRY_INTERNAL_H */
