@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# setup.sh - install what ferry needs, build it, then show it working or test it.
+#
+#   ./setup.sh          install missing Debian packages, generate, configure, build,
+#                       then run `ferry-perf --local`
+#   ./setup.sh build    the same without the perf run
+#   ./setup.sh test     install + build, then the whole test suite
+#   ./setup.sh --help   this text
+#
+# Packages are installed only when some are missing: directly as root, through sudo
+# otherwise.  The build is out of tree, in ./build (and ./build-asan for the
+# sanitizer stage of the tests).  Every step is a "stage"; the last line printed is
+# `setup.sh: N passed, N failed`, counting stages, and the exit status is nonzero
+# when any stage failed.
+#
+# Environment: JOBS (parallel make jobs, default: nproc),
+#              CONFIGURE_FLAGS (extra ./configure arguments for every build).
+# Stage functions are called indirectly, through run_stage "$@".
+# shellcheck disable=SC2317
+set -euo pipefail
+
+# Debian packages ferry needs, grouped by what uses them.  This is the only list.
+PACKAGES=(
+	# compiler, make, and the autotools that generate ./configure
+	build-essential autoconf automake libtool pkg-config
+	# libraries libferry builds against: libevent (CM event loop), libibverbs and
+	# librdmacm (the verbs provider, built when configure finds them)
+	libevent-dev libibverbs-dev librdmacm-dev
+	# rdma-core user space for the verbs path: providers (rxe) and rping
+	ibverbs-providers rdmacm-utils
+	# the test suite: Check unit tests and the valgrind stage
+	check valgrind
+	# integration tests and benchmarks: iperf3 under the preload, gnuplot for plots
+	iperf3 gnuplot-nox
+	# git, to clone and update the source over https
+	git ca-certificates
+)
+
+SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+CONFIGURE_FLAGS=${CONFIGURE_FLAGS:-}
+
+stages_passed=0
+stages_failed=0
+failed_names=()
+
+say() { printf 'setup.sh: %s\n' "$*"; }
+die() { printf 'setup.sh: error: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+	sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+# --- stages -----------------------------------------------------------------
+
+# run_stage NAME COMMAND...: run COMMAND in a subshell with errexit on, time it,
+# count it, and leave its exit status in stage_rc.  A failing stage does not stop
+# the script; callers decide.  (run_stage itself must not be called as the left
+# side of || or in an if: bash would then ignore errexit inside the stage.)
+stage_rc=0
+run_stage() {
+	local name=$1 rc start
+	shift
+	printf '\n==> %s\n' "$name"
+	start=$SECONDS
+	set +e
+	( set -e; "$@" )
+	rc=$?
+	set -e
+	if [ "$rc" -eq 0 ]; then
+		stages_passed=$((stages_passed + 1))
+		printf '==> %s: passed (%ds)\n' "$name" $((SECONDS - start))
+	else
+		stages_failed=$((stages_failed + 1))
+		failed_names+=("$name")
+		printf '==> %s: FAILED (exit %d, %ds)\n' "$name" "$rc" $((SECONDS - start))
+	fi
+	stage_rc=$rc
+}
+
+# finish: print the summary (the closing line CI reads) and exit.
+finish() {
+	echo
+	if [ "$stages_failed" -gt 0 ]; then
+		say "failed stages: ${failed_names[*]}"
+	fi
+	say "$stages_passed passed, $stages_failed failed"
+	exit $((stages_failed > 0))
+}
+
+# --- packages -----------------------------------------------------------------
+
+missing_packages() {
+	local pkg status
+	for pkg in "${PACKAGES[@]}"; do
+		status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+		[ "$status" = installed ] || echo "$pkg"
+	done
+}
+
+install_packages() {
+	local missing sudo=()
+	if ! command -v dpkg-query >/dev/null; then
+		say "no dpkg-query: not Debian; make sure these are installed: ${PACKAGES[*]}"
+		return 0
+	fi
+	mapfile -t missing < <(missing_packages)
+	if [ ${#missing[@]} -eq 0 ]; then
+		say "all ${#PACKAGES[@]} Debian packages are installed"
+		return 0
+	fi
+	say "missing Debian packages: ${missing[*]}"
+	if [ "$(id -u)" -ne 0 ]; then
+		if ! command -v sudo >/dev/null; then
+			die "not root and no sudo: as root, run
+  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
+		fi
+		sudo=(sudo)
+		say "not root: installing with sudo"
+	fi
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q update
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+		apt-get -q install -y --no-install-recommends "${missing[@]}"
+	mapfile -t missing < <(missing_packages)
+	[ ${#missing[@]} -eq 0 ] || die "still missing after apt-get install: ${missing[*]}"
+}
+
+# --- build --------------------------------------------------------------------
+
+# generate: run autoreconf when configure is missing or older than its inputs.
+generate() {
+	local input regen=no
+	cd "$SRCDIR"
+	mkdir -p m4
+	if [ ! -x configure ] || [ ! -e Makefile.in ]; then
+		regen=yes
+	else
+		for input in configure.ac Makefile.am; do
+			[ "$input" -nt configure ] && regen=yes
+		done
+	fi
+	if [ "$regen" = yes ]; then
+		say "generating ./configure (autoreconf -fi)"
+		autoreconf -fi
+	else
+		say "./configure is up to date"
+	fi
+}
+
+# configure_and_make DIR [CONFIGURE-ARGS...]: out-of-tree build in DIR.
+# configure runs again when DIR has never been configured or configure changed;
+# otherwise make's own rules re-run it when needed.
+configure_and_make() {
+	local dir=$1
+	shift
+	cd "$SRCDIR"
+	[ ! -e config.status ] ||
+		die "the source tree is configured in place; run 'make distclean' in $SRCDIR first"
+	mkdir -p "$dir"
+	cd "$dir"
+	if [ ! -e config.status ] || [ ../configure -nt config.status ]; then
+		say "configuring $dir: $* $CONFIGURE_FLAGS"
+		# shellcheck disable=SC2086 # CONFIGURE_FLAGS is a word list on purpose
+		../configure "$@" $CONFIGURE_FLAGS
+	fi
+	say "building $dir with $JOBS jobs"
+	make -j"$JOBS"
+}
+
+build_main() {
+	generate
+	configure_and_make build --enable-werror
+}
+
+run_perf() {
+	cd "$SRCDIR"
+	./build/tools/ferry-perf --local
+}
+
+# --- tests --------------------------------------------------------------------
+
+# make_check DIR: `make check` in DIR; on failure print the logs of the failing
+# tests, which automake collects in DIR/test-suite.log.
+make_check() {
+	local dir=$1
+	cd "$SRCDIR/$dir"
+	if ! make -j"$JOBS" check; then
+		if [ -e test-suite.log ]; then
+			echo "---- $dir/test-suite.log (first 400 lines) ----"
+			head -n 400 test-suite.log
+			echo "---- end of $dir/test-suite.log ----"
+		fi
+		return 1
+	fi
+}
+
+check_main() {
+	make_check build
+}
+
+check_sanitizers() {
+	configure_and_make build-asan --enable-sanitizers --enable-werror
+	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+	export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+	make_check build-asan
+}
+
+# check_valgrind: the Check runner of ./build (no sanitizers) under memcheck.
+# libtool --mode=execute runs the real binary, not its wrapper script.  Check
+# forks a child per test and valgrind follows it; a memcheck error makes that
+# child exit 1, which Check reports as a failed test.
+check_valgrind() {
+	cd "$SRCDIR/build"
+	[ -e tests/check_ferry ] || make -j"$JOBS" tests/check_ferry
+	CK_DEFAULT_TIMEOUT=120 ./libtool --mode=execute \
+		valgrind -q --error-exitcode=1 --leak-check=full \
+		--errors-for-leak-kinds=definite --trace-children=yes \
+		tests/check_ferry
+}
+
+# --- main ---------------------------------------------------------------------
+
+main() {
+	local mode=${1:-run}
+	case "$mode" in
+	-h|--help|help) usage; exit 0 ;;
+	run|build|test) ;;
+	*) usage >&2; echo >&2; die "unknown command '$mode'" ;;
+	esac
+	[ $# -le 1 ] || die "too many arguments (see --help)"
+
+	# Setup stages: nothing else can run when these fail.
+	run_stage packages install_packages
+	[ "$stage_rc" -eq 0 ] || finish
+	run_stage build build_main
+	[ "$stage_rc" -eq 0 ] || finish
+
+	case "$mode" in
+	run)
+		run_stage ferry-perf run_perf
+		;;
+	test)
+		# Integration scripts (tests/*.sh) are listed in TESTS next to the
+		# Check runner, so the two `make check` stages run them too.
+		run_stage check check_main
+		run_stage sanitizers check_sanitizers
+		run_stage valgrind check_valgrind
+		;;
+	esac
+	finish
+}
+
+main "$@"
