@@ -1,0 +1,670 @@
+/*
+ * core.c - the public verbs-style API: argument checks, then dispatch.
+ *
+ * Everything here is independent of the transport.  Each call checks what it
+ * can check without a provider (NULL objects, unknown flag bits, out-of-range
+ * enums) and then calls the provider that owns the object, found through
+ * obj->context->provider.  Providers therefore never see NULL objects or
+ * enums out of range (ferry-internal.h promises them that).
+ *
+ * The core also keeps what libibverbs keeps in its own core rather than in
+ * its providers: cq->cq_context, and the count of CQs bound to a completion
+ * channel (channel->refcnt), which makes destroying a busy channel fail with
+ * EBUSY.
+ *
+ * Error convention (verbs.h): constructors return NULL and set errno, other
+ * calls return -1 and set errno.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferry-internal.h"
+
+/* Every bit of enum ferry_access_flags. */
+#define CORE_ACCESS_ALL (FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE | \
+			 FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_ATOMIC)
+
+/* Every bit of enum ferry_qp_attr_mask. */
+#define CORE_QP_ATTR_ALL ((FERRY_QP_DEST_QPN << 1) - 1)
+
+/* Every bit of enum ferry_send_flags. */
+#define CORE_SEND_FLAGS_ALL (FERRY_SEND_FENCE | FERRY_SEND_SIGNALED | \
+			     FERRY_SEND_SOLICITED | FERRY_SEND_INLINE)
+
+/* Devices listed when the table is first asked; grown on demand. */
+#define CORE_DEVICES_INITIAL 8
+
+/* Built providers in order of preference (the libevent eventops model). */
+static const struct ferry_provider *const core_providers[] = {
+	&ferry_shm_provider,
+#if defined(HAVE_VERBS) && defined(FERRY_VERBS_PROVIDER_READY)
+	&ferry_verbs_provider,
+#endif
+};
+
+/* --- devices and contexts --- */
+
+/*
+ * The provider FERRY_TRANSPORT restricts listing to, in *@only_p (NULL:
+ * no restriction).  False when it names no built provider.
+ */
+static bool core_transport_filter(const char **only_p)
+{
+	const char *name = getenv("FERRY_TRANSPORT");
+	size_t i;
+
+	*only_p = NULL;
+	if (!name || !*name)
+		return true;
+	for (i = 0; i < FERRY_ARRAY_SIZE(core_providers); i++) {
+		if (strcmp(core_providers[i]->name, name) == 0) {
+			*only_p = name;
+			return true;
+		}
+	}
+	ferry_warn("FERRY_TRANSPORT=%s names no provider built into ferry", name);
+	return false;
+}
+
+/*
+ * Append the devices of @prov to *@list_p (capacity *@cap_p, *@count_p used,
+ * one slot kept for the NULL terminator), growing the array until the
+ * provider stops filling all the room it was given.  A failing provider is
+ * logged and skipped so that it cannot hide the devices of the others.
+ */
+static int core_collect_devices(const struct ferry_provider *prov,
+				struct ferry_device ***list_p, int *cap_p,
+				int *count_p)
+{
+	for (;;) {
+		int room = *cap_p - *count_p;
+		struct ferry_device **bigger;
+		int n;
+
+		n = prov->get_devices(*list_p + *count_p, room);
+		if (n < 0) {
+			ferry_warn("%s: listing devices failed: %m", prov->name);
+			return 0;
+		}
+		if (n < room) {
+			*count_p += n;
+			return 0;
+		}
+		/* Maybe cut short: ask again with twice the room. */
+		bigger = realloc(*list_p, ((size_t)*cap_p * 2 + 1) * sizeof(**list_p));
+		if (!bigger)
+			return -1;
+		*list_p = bigger;
+		*cap_p *= 2;
+	}
+}
+
+struct ferry_device **ferry_get_device_list(int *num_devices_p)
+{
+	struct ferry_device **list;
+	int cap = CORE_DEVICES_INITIAL, count = 0;
+	const char *only;
+	bool any;
+	size_t i;
+
+	list = malloc(((size_t)cap + 1) * sizeof(*list));
+	if (!list)
+		return NULL;
+
+	any = core_transport_filter(&only);
+	for (i = 0; any && i < FERRY_ARRAY_SIZE(core_providers); i++) {
+		const struct ferry_provider *prov = core_providers[i];
+
+		if (only && strcmp(prov->name, only) != 0)
+			continue;
+		if (core_collect_devices(prov, &list, &cap, &count))
+			goto err_free_list;
+	}
+	list[count] = NULL;
+	if (num_devices_p)
+		*num_devices_p = count;
+	return list;
+
+err_free_list:
+	free(list);
+	return NULL;
+}
+
+void ferry_free_device_list(struct ferry_device **list)
+{
+	/* The devices themselves belong to their providers. */
+	free(list);
+}
+
+const char *ferry_get_device_name(struct ferry_device *device)
+{
+	if (!device) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return device->name;
+}
+
+const char *ferry_get_device_transport(struct ferry_device *device)
+{
+	if (!device) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return device->provider->name;
+}
+
+struct ferry_context *ferry_open_device(struct ferry_device *device)
+{
+	struct ferry_context *context;
+
+	if (!device) {
+		errno = EINVAL;
+		return NULL;
+	}
+	context = device->provider->open_device(device);
+	if (context) {
+		/* Everything below dispatches through these two. */
+		context->device = device;
+		context->provider = device->provider;
+	}
+	return context;
+}
+
+/**
+ * ferry_open_transport - open the first device of provider @name, or, when
+ * @name is NULL, of the provider FERRY_TRANSPORT names, or else the first
+ * device of all in order of preference.
+ *
+ * Fails with ENODEV when @name names no built provider or the provider has
+ * no device.
+ */
+struct ferry_context *ferry_open_transport(const char *name)
+{
+	size_t i;
+
+	if (!name) {
+		name = getenv("FERRY_TRANSPORT");
+		if (name && !*name)
+			name = NULL;
+	}
+	for (i = 0; i < FERRY_ARRAY_SIZE(core_providers); i++) {
+		const struct ferry_provider *prov = core_providers[i];
+		struct ferry_device *device;
+
+		if (name && strcmp(prov->name, name) != 0)
+			continue;
+		if (prov->get_devices(&device, 1) == 1)
+			return ferry_open_device(device);
+	}
+	errno = ENODEV;
+	return NULL;
+}
+
+int ferry_close_device(struct ferry_context *context)
+{
+	if (!context)
+		return ERR(EINVAL);
+	return context->provider->close_device(context);
+}
+
+int ferry_query_device(struct ferry_context *context,
+		       struct ferry_device_attr *attr_p)
+{
+	if (!context || !attr_p)
+		return ERR(EINVAL);
+	return context->provider->query_device(context, attr_p);
+}
+
+/* --- protection domains and memory regions --- */
+
+struct ferry_pd *ferry_alloc_pd(struct ferry_context *context)
+{
+	if (!context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return context->provider->alloc_pd(context);
+}
+
+int ferry_dealloc_pd(struct ferry_pd *pd)
+{
+	if (!pd)
+		return ERR(EINVAL);
+	return pd->context->provider->dealloc_pd(pd);
+}
+
+/*
+ * Access rights ibverbs accepts: known bits only, and remote write or atomic
+ * access only together with local write (the NIC writes into the region on
+ * the peer's behalf).
+ */
+static bool core_access_ok(int access)
+{
+	if (access & ~CORE_ACCESS_ALL)
+		return false;
+	if ((access & (FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & FERRY_ACCESS_LOCAL_WRITE))
+		return false;
+	return true;
+}
+
+struct ferry_mr *ferry_reg_mr(struct ferry_pd *pd, void *addr, size_t length,
+			      int access)
+{
+	if (!pd || !addr || length == 0 || !core_access_ok(access)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return pd->context->provider->reg_mr(pd, addr, length, access);
+}
+
+int ferry_dereg_mr(struct ferry_mr *mr)
+{
+	if (!mr)
+		return ERR(EINVAL);
+	return mr->context->provider->dereg_mr(mr);
+}
+
+/* --- completion channels and queues --- */
+
+struct ferry_comp_channel *ferry_create_comp_channel(struct ferry_context *context)
+{
+	struct ferry_comp_channel *channel;
+
+	if (!context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	channel = context->provider->create_comp_channel(context);
+	if (channel)
+		channel->refcnt = 0;
+	return channel;
+}
+
+/**
+ * ferry_destroy_comp_channel - destroy @channel; EBUSY while CQs still use
+ * it, as in libibverbs.
+ */
+int ferry_destroy_comp_channel(struct ferry_comp_channel *channel)
+{
+	if (!channel)
+		return ERR(EINVAL);
+	if (__atomic_load_n(&channel->refcnt, __ATOMIC_ACQUIRE) > 0)
+		return ERR(EBUSY);
+	return channel->context->provider->destroy_comp_channel(channel);
+}
+
+/**
+ * ferry_create_cq - create a CQ of at least @cqe entries on @context.
+ * @channel, if not NULL, must belong to @context.  @comp_vector only has to
+ * be non-negative: ferry has a single completion vector.
+ */
+struct ferry_cq *ferry_create_cq(struct ferry_context *context, int cqe,
+				 void *cq_context,
+				 struct ferry_comp_channel *channel,
+				 int comp_vector)
+{
+	struct ferry_cq *cq;
+
+	if (!context || cqe < 1 || comp_vector < 0 ||
+	    (channel && channel->context != context)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	cq = context->provider->create_cq(context, cqe, channel);
+	if (!cq)
+		return NULL;
+
+	cq->cq_context = cq_context;	/* the provider never sees it */
+	cq->channel = channel;
+	if (channel)
+		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_ACQ_REL);
+	return cq;
+}
+
+int ferry_destroy_cq(struct ferry_cq *cq)
+{
+	struct ferry_comp_channel *channel;
+
+	if (!cq)
+		return ERR(EINVAL);
+	channel = cq->channel;	/* cq is gone after a successful destroy */
+	if (cq->context->provider->destroy_cq(cq))
+		return -1;
+	if (channel)
+		__atomic_sub_fetch(&channel->refcnt, 1, __ATOMIC_ACQ_REL);
+	return 0;
+}
+
+int ferry_req_notify_cq(struct ferry_cq *cq, int solicited_only)
+{
+	if (!cq)
+		return ERR(EINVAL);
+	return cq->context->provider->req_notify_cq(cq, !!solicited_only);
+}
+
+int ferry_get_cq_event(struct ferry_comp_channel *channel,
+		       struct ferry_cq **cq_p, void **cq_context_p)
+{
+	struct ferry_cq *cq;
+
+	if (!channel || !cq_p || !cq_context_p)
+		return ERR(EINVAL);
+	if (channel->context->provider->get_cq_event(channel, &cq))
+		return -1;
+	*cq_p = cq;
+	*cq_context_p = cq->cq_context;
+	return 0;
+}
+
+void ferry_ack_cq_events(struct ferry_cq *cq, unsigned int nevents)
+{
+	if (!cq || nevents == 0)
+		return;
+	cq->context->provider->ack_cq_events(cq, nevents);
+}
+
+int ferry_poll_cq(struct ferry_cq *cq, int num_entries, struct ferry_wc *wc)
+{
+	if (!cq || num_entries < 0 || (!wc && num_entries > 0))
+		return ERR(EINVAL);
+	if (num_entries == 0)
+		return 0;
+	return cq->context->provider->poll_cq(cq, num_entries, wc);
+}
+
+/* --- queue pairs --- */
+
+/**
+ * ferry_create_qp - create an RC QP on @pd.
+ *
+ * EINVAL for a missing @pd, @init_attr or CQ, a CQ of another context, or a
+ * QP type other than FERRY_QPT_RC.  EOPNOTSUPP when @init_attr->srq is set:
+ * the request is well-formed, ferry just has no shared receive queues yet.
+ */
+struct ferry_qp *ferry_create_qp(struct ferry_pd *pd,
+				 struct ferry_qp_init_attr *init_attr)
+{
+	if (!pd || !init_attr || init_attr->qp_type != FERRY_QPT_RC ||
+	    !init_attr->send_cq || !init_attr->recv_cq ||
+	    init_attr->send_cq->context != pd->context ||
+	    init_attr->recv_cq->context != pd->context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (init_attr->srq) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return pd->context->provider->create_qp(pd, init_attr);
+}
+
+/*
+ * Are the attributes @mask selects in range?  Only what needs no provider:
+ * known mask bits, valid states, MTU and access flags.  Whether the
+ * transition is legal is the provider's to decide under its QP lock.
+ */
+static bool core_qp_attr_ok(const struct ferry_qp_attr *attr, int mask)
+{
+	if (mask & ~CORE_QP_ATTR_ALL)
+		return false;
+	if ((mask & FERRY_QP_STATE) &&
+	    (unsigned int)attr->qp_state > FERRY_QPS_ERR)
+		return false;
+	if ((mask & FERRY_QP_CUR_STATE) &&
+	    (unsigned int)attr->cur_qp_state > FERRY_QPS_ERR)
+		return false;
+	if ((mask & FERRY_QP_PATH_MTU) &&
+	    (attr->path_mtu < FERRY_MTU_256 || attr->path_mtu > FERRY_MTU_4096))
+		return false;
+	if ((mask & FERRY_QP_ACCESS_FLAGS) &&
+	    (attr->qp_access_flags & ~(unsigned int)CORE_ACCESS_ALL))
+		return false;
+	return true;
+}
+
+int ferry_modify_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr,
+		    int attr_mask)
+{
+	if (!qp || !attr || !core_qp_attr_ok(attr, attr_mask))
+		return ERR(EINVAL);
+	return qp->context->provider->modify_qp(qp, attr, attr_mask);
+}
+
+/**
+ * ferry_query_qp - fill @attr and @init_attr with the QP's attributes.
+ * @attr_mask is a hint, as in ibverbs: ferry fills in everything.
+ */
+int ferry_query_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr,
+		   int attr_mask, struct ferry_qp_init_attr *init_attr)
+{
+	if (!qp || !attr || !init_attr)
+		return ERR(EINVAL);
+	return qp->context->provider->query_qp(qp, attr, init_attr);
+}
+
+int ferry_destroy_qp(struct ferry_qp *qp)
+{
+	if (!qp)
+		return ERR(EINVAL);
+	return qp->context->provider->destroy_qp(qp);
+}
+
+/* A scatter/gather list the provider may walk: counted and present. */
+static bool core_sge_list_ok(const struct ferry_sge *sg_list, int num_sge)
+{
+	return num_sge >= 0 && (sg_list || num_sge == 0);
+}
+
+/* The first malformed WR of @wr, or NULL when all are well-formed. */
+static struct ferry_send_wr *core_bad_send_wr(struct ferry_send_wr *wr)
+{
+	for (; wr; wr = wr->next) {
+		if ((unsigned int)wr->opcode > FERRY_WR_ATOMIC_FETCH_AND_ADD ||
+		    (wr->send_flags & ~(unsigned int)CORE_SEND_FLAGS_ALL) ||
+		    !core_sge_list_ok(wr->sg_list, wr->num_sge))
+			return wr;
+	}
+	return NULL;
+}
+
+/**
+ * ferry_post_send - post the chain @wr on @qp's send queue.
+ *
+ * A malformed WR anywhere in the chain (unknown opcode or flag, bad SGE
+ * list) rejects the whole chain before anything is posted: *@bad_wr_p is
+ * then @wr, the first WR not posted, and errno is EINVAL.
+ */
+int ferry_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr,
+		    struct ferry_send_wr **bad_wr_p)
+{
+	struct ferry_send_wr *ignored, *bad;
+
+	if (!bad_wr_p)
+		bad_wr_p = &ignored;	/* providers may always store into it */
+	if (!qp) {
+		*bad_wr_p = wr;
+		return ERR(EINVAL);
+	}
+	if (!wr)
+		return 0;
+	bad = core_bad_send_wr(wr);
+	if (bad) {
+		ferry_debug("post_send: malformed WR %#llx (opcode %d, flags %#x, num_sge %d)",
+			    (unsigned long long)bad->wr_id, (int)bad->opcode,
+			    bad->send_flags, bad->num_sge);
+		*bad_wr_p = wr;
+		return ERR(EINVAL);
+	}
+	return qp->context->provider->post_send(qp, wr, bad_wr_p);
+}
+
+/**
+ * ferry_post_recv - post the chain @wr on @qp's receive queue; malformed
+ * chains are rejected whole, as in ferry_post_send.
+ */
+int ferry_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr,
+		    struct ferry_recv_wr **bad_wr_p)
+{
+	struct ferry_recv_wr *ignored, *it;
+
+	if (!bad_wr_p)
+		bad_wr_p = &ignored;
+	if (!qp) {
+		*bad_wr_p = wr;
+		return ERR(EINVAL);
+	}
+	for (it = wr; it; it = it->next) {
+		if (!core_sge_list_ok(it->sg_list, it->num_sge)) {
+			ferry_debug("post_recv: malformed WR %#llx (num_sge %d)",
+				    (unsigned long long)it->wr_id, it->num_sge);
+			*bad_wr_p = wr;
+			return ERR(EINVAL);
+		}
+	}
+	if (!wr)
+		return 0;
+	return qp->context->provider->post_recv(qp, wr, bad_wr_p);
+}
+
+int ferry_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qp_num_p)
+{
+	if (!qp || !peer_qp_num_p)
+		return ERR(EINVAL);
+	if (sock < 0)
+		return ERR(EBADF);
+	return qp->context->provider->qp_exchange(qp, sock, peer_qp_num_p);
+}
+
+/* --- connecting a QP over a socket with ferry's defaults --- */
+
+static int core_qp_to_init(struct ferry_qp *qp, int access)
+{
+	struct ferry_qp_attr attr = {
+		.qp_state = FERRY_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = 1,
+		.qp_access_flags = (unsigned int)access,
+	};
+
+	return ferry_modify_qp(qp, &attr, FERRY_QP_STATE | FERRY_QP_PKEY_INDEX |
+			       FERRY_QP_PORT | FERRY_QP_ACCESS_FLAGS);
+}
+
+static int core_qp_to_rtr(struct ferry_qp *qp, uint32_t peer_qp_num)
+{
+	struct ferry_qp_attr attr = {
+		.qp_state = FERRY_QPS_RTR,
+		.path_mtu = FERRY_MTU_4096,
+		.dest_qp_num = peer_qp_num,
+		.rq_psn = 0,
+		.max_dest_rd_atomic = 16,
+		.min_rnr_timer = 1,
+		.ah_attr = { .port_num = 1 },
+	};
+
+	return ferry_modify_qp(qp, &attr, FERRY_QP_STATE | FERRY_QP_AV |
+			       FERRY_QP_PATH_MTU | FERRY_QP_DEST_QPN |
+			       FERRY_QP_RQ_PSN | FERRY_QP_MAX_DEST_RD_ATOMIC |
+			       FERRY_QP_MIN_RNR_TIMER);
+}
+
+static int core_qp_to_rts(struct ferry_qp *qp)
+{
+	struct ferry_qp_attr attr = {
+		.qp_state = FERRY_QPS_RTS,
+		.sq_psn = 0,
+		.timeout = 14,
+		.retry_cnt = 7,
+		.rnr_retry = 7,
+		.max_rd_atomic = 16,
+	};
+
+	return ferry_modify_qp(qp, &attr, FERRY_QP_STATE | FERRY_QP_SQ_PSN |
+			       FERRY_QP_TIMEOUT | FERRY_QP_RETRY_CNT |
+			       FERRY_QP_RNR_RETRY | FERRY_QP_MAX_QP_RD_ATOMIC);
+}
+
+/**
+ * ferry_qp_connect_sock - bring @qp from RESET or INIT to RTS, connected to
+ * the QP at the other end of @sock.
+ *
+ * A QP in RESET is first moved to INIT with access rights @access (a QP
+ * already in INIT keeps the rights it has).  Then ferry_qp_exchange, RTR and
+ * RTS with ferry's defaults.  On failure returns -1 with the errno of the
+ * step that failed; the QP stays in the state that step left it in.
+ */
+int ferry_qp_connect_sock(struct ferry_qp *qp, int sock, int access)
+{
+	uint32_t peer_qp_num;
+
+	if (!qp)
+		return ERR(EINVAL);
+	if (qp->state == FERRY_QPS_RESET && core_qp_to_init(qp, access))
+		return -1;
+	if (qp->state != FERRY_QPS_INIT)
+		return ERR(EINVAL);
+	if (ferry_qp_exchange(qp, sock, &peer_qp_num))
+		return -1;
+	if (core_qp_to_rtr(qp, peer_qp_num))
+		return -1;
+	return core_qp_to_rts(qp);
+}
+
+/* --- strings --- */
+
+static const char *const core_wc_status_names[] = {
+	[FERRY_WC_SUCCESS]		= "success",
+	[FERRY_WC_LOC_LEN_ERR]		= "local length error",
+	[FERRY_WC_LOC_QP_OP_ERR]	= "local QP operation error",
+	[FERRY_WC_LOC_EEC_OP_ERR]	= "local EE context operation error",
+	[FERRY_WC_LOC_PROT_ERR]		= "local protection error",
+	[FERRY_WC_WR_FLUSH_ERR]		= "Work Request Flushed Error",
+	[FERRY_WC_MW_BIND_ERR]		= "memory management operation error",
+	[FERRY_WC_BAD_RESP_ERR]		= "bad response error",
+	[FERRY_WC_LOC_ACCESS_ERR]	= "local access error",
+	[FERRY_WC_REM_INV_REQ_ERR]	= "remote invalid request error",
+	[FERRY_WC_REM_ACCESS_ERR]	= "remote access error",
+	[FERRY_WC_REM_OP_ERR]		= "remote operation error",
+	[FERRY_WC_RETRY_EXC_ERR]	= "transport retry counter exceeded",
+	[FERRY_WC_RNR_RETRY_EXC_ERR]	= "RNR retry counter exceeded",
+	[FERRY_WC_LOC_RDD_VIOL_ERR]	= "local RDD violation error",
+	[FERRY_WC_REM_INV_RD_REQ_ERR]	= "remote invalid RD request",
+	[FERRY_WC_REM_ABORT_ERR]	= "aborted error",
+	[FERRY_WC_INV_EECN_ERR]		= "invalid EE context number",
+	[FERRY_WC_INV_EEC_STATE_ERR]	= "invalid EE context state",
+	[FERRY_WC_FATAL_ERR]		= "fatal error",
+	[FERRY_WC_RESP_TIMEOUT_ERR]	= "response timeout error",
+	[FERRY_WC_GENERAL_ERR]		= "general error",
+};
+
+/** ferry_wc_status_str - the text libibverbs gives the same status. */
+const char *ferry_wc_status_str(enum ferry_wc_status status)
+{
+	if ((unsigned int)status >= FERRY_ARRAY_SIZE(core_wc_status_names))
+		return "unknown";
+	return core_wc_status_names[status];
+}
+
+static const char *const core_qp_state_names[] = {
+	[FERRY_QPS_RESET] = "RESET",
+	[FERRY_QPS_INIT]  = "INIT",
+	[FERRY_QPS_RTR]   = "RTR",
+	[FERRY_QPS_RTS]   = "RTS",
+	[FERRY_QPS_SQD]   = "SQD",
+	[FERRY_QPS_SQE]   = "SQE",
+	[FERRY_QPS_ERR]   = "ERR",
+};
+
+const char *ferry_qp_state_str(enum ferry_qp_state state)
+{
+	if ((unsigned int)state >= FERRY_ARRAY_SIZE(core_qp_state_names))
+		return "UNKNOWN";
+	return core_qp_state_names[state];
+}
