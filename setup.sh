@@ -111,16 +111,20 @@ install_packages() {
 	fi
 	say "missing Debian packages: ${missing[*]}"
 	if [ "$(id -u)" -ne 0 ]; then
-		if ! command -v sudo >/dev/null; then
-			die "not root and no sudo: as root, run
+		local by_hand="as root, run:
   apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
-		fi
+		command -v sudo >/dev/null || die "not root, and no sudo; $by_hand"
+		# sudo may ask for a password: only possible with a terminal.
+		sudo -n true 2>/dev/null || [ -t 0 ] ||
+			die "not root, and sudo wants a password but there is no terminal; $by_hand"
 		sudo=(sudo)
 		say "not root: installing with sudo"
 	fi
-	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q update
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q update ||
+		die "apt-get update failed"
 	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-		apt-get -q install -y --no-install-recommends "${missing[@]}"
+		apt-get -q install -y --no-install-recommends "${missing[@]}" ||
+		die "apt-get install failed"
 	mapfile -t missing < <(missing_packages)
 	[ ${#missing[@]} -eq 0 ] || die "still missing after apt-get install: ${missing[*]}"
 }
