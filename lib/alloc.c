@@ -1,0 +1,183 @@
+/*
+ * alloc.c - ferry_alloc(): memory that peers of this host can map.
+ *
+ * Each allocation is its own memfd, sealed so that nobody can shrink it (a
+ * peer mapping a file that shrinks would take SIGBUS).  The block table lets
+ * the shm provider find which block an MR lives in and hand the block's fd
+ * to peers.  Blocks are few and large, so a mutex-protected array will do.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ferry-internal.h"
+
+static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ferry_block *blocks;	/* sorted by nothing; few entries */
+static size_t nblocks, blocks_cap;
+static uint64_t next_block_id = 1;
+
+static size_t page_round(size_t size)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (size + page - 1) & ~(page - 1);
+}
+
+unsigned long ferry_fd_inode(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 ? (unsigned long)st.st_ino : 0;
+}
+
+int ferry_memfd_create(const char *name, size_t size)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0) {
+		ferry_warn("memfd_create(%s): %m", name);
+		return -1;
+	}
+	if (ftruncate(fd, (off_t)page_round(size)) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+		int e = errno;
+
+		ferry_warn("sizing memfd %s to %zu bytes: %m", name, size);
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+void *ferry_alloc(size_t size)
+{
+	struct ferry_block blk;
+	void *addr;
+
+	if (size == 0 || size > (1ull << 40)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	blk.size = page_round(size);
+	blk.fd = ferry_memfd_create("ferry-alloc", blk.size);
+	if (blk.fd < 0)
+		return NULL;
+	addr = mmap(NULL, blk.size, PROT_READ | PROT_WRITE, MAP_SHARED, blk.fd, 0);
+	if (addr == MAP_FAILED)
+		goto err_close;
+	blk.addr = addr;
+	blk.ino = ferry_fd_inode(blk.fd);
+
+	pthread_mutex_lock(&blocks_lock);
+	if (nblocks == blocks_cap) {
+		size_t cap = blocks_cap ? 2 * blocks_cap : 16;
+		struct ferry_block *nb = realloc(blocks, cap * sizeof(*nb));
+
+		if (!nb) {
+			pthread_mutex_unlock(&blocks_lock);
+			goto err_unmap;
+		}
+		blocks = nb;
+		blocks_cap = cap;
+	}
+	blk.id = next_block_id++;
+	blocks[nblocks++] = blk;
+	pthread_mutex_unlock(&blocks_lock);
+	return addr;
+
+err_unmap:
+	munmap(addr, blk.size);
+	errno = ENOMEM;
+err_close:
+	{
+		int e = errno;
+
+		close(blk.fd);
+		errno = e;
+	}
+	return NULL;
+}
+
+void ferry_free(void *addr)
+{
+	struct ferry_block blk = { 0 };
+	size_t i;
+
+	if (!addr)
+		return;
+	pthread_mutex_lock(&blocks_lock);
+	for (i = 0; i < nblocks; i++) {
+		if (blocks[i].addr == addr) {
+			blk = blocks[i];
+			blocks[i] = blocks[--nblocks];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&blocks_lock);
+	if (!blk.addr) {
+		ferry_err("ferry_free(%p): not memory from ferry_alloc", addr);
+		return;
+	}
+	munmap(blk.addr, blk.size);
+	close(blk.fd);
+}
+
+bool ferry_block_find(const void *addr, size_t len, struct ferry_block *blk_p)
+{
+	uintptr_t a = (uintptr_t)addr;
+	bool found = false;
+	size_t i;
+
+	pthread_mutex_lock(&blocks_lock);
+	for (i = 0; i < nblocks; i++) {
+		uintptr_t start = (uintptr_t)blocks[i].addr;
+
+		if (a >= start && a - start <= blocks[i].size &&
+		    len <= blocks[i].size - (a - start)) {
+			*blk_p = blocks[i];
+			found = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&blocks_lock);
+	return found;
+}
+
+bool ferry_block_by_id(uint64_t id, struct ferry_block *blk_p)
+{
+	bool found = false;
+	size_t i;
+
+	pthread_mutex_lock(&blocks_lock);
+	for (i = 0; i < nblocks; i++) {
+		if (blocks[i].id == id) {
+			*blk_p = blocks[i];
+			found = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&blocks_lock);
+	return found;
+}
+
+bool ferry_block_is_own_inode(unsigned long ino)
+{
+	bool found = false;
+	size_t i;
+
+	pthread_mutex_lock(&blocks_lock);
+	for (i = 0; i < nblocks && !found; i++)
+		found = blocks[i].ino == ino;
+	pthread_mutex_unlock(&blocks_lock);
+	return found;
+}

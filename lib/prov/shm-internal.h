@@ -1,0 +1,374 @@
+/*
+ * shm-internal.h - the same-host soft transport: RDMA reliable-connection
+ * semantics between processes through shared memory.
+ *
+ * Memory model.  Every piece of shared state has exactly one writer:
+ *
+ *   - a QP's *region* (struct shm_region + its two rings) is written by the
+ *     QP's owner and read by the peer: the owner's posted receives (RQ ring)
+ *     and the deliveries the owner made into the peer's receives (DQ ring);
+ *   - a PD's *MR table* is written by its owner and read by peers, who look
+ *     up rkeys there;
+ *   - a CQ's *notify word* is written by its owner (arm / disarm) and read by
+ *     peers that decide whether to signal the CQ's eventfd.
+ *
+ * These files are memfds sealed against shrinking and, after the owner has
+ * mapped them, against any new writable mapping (F_SEAL_FUTURE_WRITE): a peer
+ * can only map them read-only, so it can never corrupt what other peers see.
+ * Memory from ferry_alloc() is a memfd the peer maps read-write: that is what
+ * makes WRITE, READ and atomics one-sided.  Everything read from a peer's
+ * memory is copied once, then validated, then used.
+ *
+ * Execution.  The initiator does all the work in ferry_post_send(): checks
+ * the rkey against the peer's MR table, copies the data (memcpy into a mapped
+ * block, or process_vm_writev for other memory), consumes one of the peer's
+ * posted receives when the opcode needs it, and writes a delivery into its
+ * own DQ ring.  The receiver turns deliveries into completions in
+ * ferry_poll_cq().  A send that finds no posted receive waits per the RNR
+ * rules: the monitor thread retries it after the peer's RNR timer, or at once
+ * when the peer posts a receive and kicks the monitor's eventfd.
+ *
+ * The monitor thread (one per process, started lazily) also watches every
+ * connection's AF_UNIX socket for hang-up: a dead peer moves its QPs to ERR
+ * within milliseconds.
+ */
+#ifndef FERRY_SHM_INTERNAL_H
+#define FERRY_SHM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ferry-internal.h"
+
+#define SHM_MAGIC		0x46525931u	/* "FRY1" */
+#define SHM_VERSION		1u
+
+#define SHM_MAX_QP_WR		(1u << 15)	/* queue depth limit */
+#define SHM_MAX_SGE		16u
+#define SHM_MAX_INLINE		1024u
+#define SHM_MAX_CQE		(1 << 22)
+#define SHM_MR_TABLE_ENTRIES	(1u << 14)	/* MRs per PD */
+#define SHM_MAX_MR_SIZE		(1ull << 40)
+#define SHM_EXCHANGE_TIMEOUT_MS	10000
+
+/* rkey / lkey layout: index into the PD's MR table, and an 8-bit generation. */
+#define SHM_KEY_INDEX(key)	((key) >> 8)
+#define SHM_KEY(index, gen)	(((uint32_t)(index) << 8) | ((gen) & 0xffu))
+
+/* --- shared structures (layout is the wire format between processes) --- */
+
+/* One MR in a PD's published table.  rkey 0 marks a free slot. */
+struct shm_mr_entry {
+	_Atomic uint32_t rkey;
+	uint32_t access;	/* enum ferry_access_flags */
+	uint64_t addr;		/* virtual address in the owner */
+	uint64_t length;
+	uint64_t block_id;	/* ferry_alloc block holding it, 0 if none */
+	uint64_t block_offset;	/* addr - block start */
+};
+
+/* A CQ's arm state, read by peers: (generation << 2) | mode. */
+#define SHM_NOTIFY_NONE		0u
+#define SHM_NOTIFY_ALL		1u
+#define SHM_NOTIFY_SOLICITED	2u
+#define SHM_NOTIFY_MODE(w)	((uint32_t)((w) & 3u))
+#define SHM_NOTIFY_GEN(w)	((w) >> 2)
+
+struct shm_notify {
+	_Atomic uint64_t word;
+};
+
+/* A scatter element of a published receive. */
+struct shm_rsge {
+	uint64_t block_id;	/* 0: plain process memory, reached by process_vm_writev */
+	uint64_t addr;		/* block offset if block_id, else virtual address */
+	uint64_t length;
+};
+
+/* A delivery: the initiator consumed the peer's receive number `seq`. */
+struct shm_delivery {
+	uint32_t opcode;	/* FERRY_WC_RECV or FERRY_WC_RECV_RDMA_WITH_IMM */
+	uint32_t status;	/* FERRY_WC_SUCCESS or FERRY_WC_LOC_LEN_ERR */
+	uint32_t byte_len;
+	uint32_t imm_data;
+	uint32_t flags;		/* SHM_DELIVERY_* */
+	uint32_t pad;
+};
+#define SHM_DELIVERY_IMM	(1u << 0)
+#define SHM_DELIVERY_SOLICITED	(1u << 1)
+
+/*
+ * The head of a QP's region.  Counters are free-running 64-bit sequence
+ * numbers; ring slots are seq & (size - 1).  Followed by the RQ ring
+ * (rq_size entries of rq_stride bytes: a uint32 count, pad, then rq_sge
+ * struct shm_rsge) and the DQ ring (peer's rq_size struct shm_delivery).
+ */
+struct shm_region {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t qp_num;
+	uint32_t rq_size;
+	uint32_t rq_sge;
+	uint32_t dq_size;
+	_Alignas(64) _Atomic uint64_t rq_prod;	/* receives posted by the owner */
+	_Atomic uint32_t min_rnr_timer;	/* owner's RTR attribute */
+	_Atomic uint32_t in_error;	/* owner's QP is in ERR: stop sending */
+	_Alignas(64) _Atomic uint64_t dq_prod;	/* peer receives consumed by the owner */
+	_Alignas(64) _Atomic uint32_t rnr_wait;	/* owner waits for a receive: kick it */
+};
+
+/* --- out-of-band messages on the AF_UNIX SOCK_SEQPACKET socket --- */
+
+enum shm_msg_type {
+	SHM_MSG_HELLO = 1,	/* fds: MR table, recv CQ notify, recv CQ eventfd, kick eventfd */
+	SHM_MSG_REGION = 2,	/* fds: region */
+	SHM_MSG_BLOCK = 3,	/* fds: one ferry_alloc block */
+};
+
+struct shm_msg {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t type;
+	uint32_t qp_num;	/* HELLO */
+	uint32_t psn;		/* HELLO */
+	uint32_t rq_size;	/* HELLO */
+	uint32_t rq_sge;	/* HELLO */
+	uint32_t pad;
+	uint64_t value;		/* REGION: region size; BLOCK: block id */
+};
+
+#define SHM_HELLO_FDS	4
+
+/* --- mappings of peers' files, shared by every connection to them --- */
+
+struct shm_mapping {
+	void *addr;
+	size_t size;
+	dev_t dev;
+	ino_t ino;
+	int prot;
+	int refs;
+	struct shm_mapping *next;
+};
+
+/*
+ * shm_map_fd - map a peer's memfd (after checking it is a sealed shmem file
+ * of at least @min_size bytes, and not one of ours), sharing the mapping with
+ * earlier maps of the same file.  Returns NULL with errno set.
+ */
+struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot);
+void shm_unmap(struct shm_mapping *m);
+
+/* --- private objects --- */
+
+struct shm_context {
+	struct ferry_context ctx;
+};
+
+struct shm_pd {
+	struct ferry_pd pd;
+	pthread_mutex_t lock;		/* MR slots, QP list */
+	int table_fd;			/* memfd of the MR table */
+	struct shm_mr_entry *table;	/* SHM_MR_TABLE_ENTRIES */
+	uint8_t *gens;			/* generation per slot */
+	void **blk_fds;			/* unused */
+	uint32_t next_free;		/* slot search hint */
+	struct shm_qp *qps;		/* connected QPs, for block announcements */
+};
+
+struct shm_mr {
+	struct ferry_mr mr;
+	uint32_t index;
+	uint64_t block_id;
+	int block_fd;			/* dup of the block's fd, -1 if none */
+	size_t block_size;
+};
+
+struct shm_channel {
+	struct ferry_comp_channel ch;	/* ch.fd is an epoll fd of CQ eventfds */
+};
+
+/* A completion kept in the CQ's local ring: sends, and flushes. */
+struct shm_lwc {
+	struct ferry_wc wc;
+	struct shm_qp *qp;
+	uint64_t sq_seq;	/* SQ slot it retires (sends only) */
+	int is_send;
+};
+
+struct shm_cq {
+	struct ferry_cq cq;
+	pthread_mutex_t lock;		/* local ring, recv QP list, arm state */
+	struct shm_lwc *ring;		/* local completions, grows as needed */
+	uint32_t ring_cap, ring_head, ring_count;
+	struct shm_qp **rqps;		/* QPs whose receives complete here */
+	uint32_t nrqps, rqps_cap, rr_next;
+	int nqps;			/* QPs using this CQ at all */
+	int efd;			/* eventfd: the channel's epoll watches it */
+	int notify_fd;
+	struct shm_notify *notify;	/* our RW mapping of notify_fd */
+	uint64_t gen;
+	unsigned int events, acked;
+};
+
+/* A posted send, copied at post time. */
+struct shm_swqe {
+	uint64_t wr_id;
+	enum ferry_wr_opcode opcode;
+	unsigned int flags;
+	uint32_t imm_data;
+	uint64_t remote_addr;
+	uint32_t rkey;
+	uint64_t compare_add;
+	uint64_t swap;
+	uint32_t num_sge;
+	uint32_t inline_len;		/* > 0: payload copied into inline_data */
+	struct ferry_sge *sge;		/* points into the slot */
+	uint8_t *inline_data;		/* points into the slot */
+};
+
+/* A posted receive, kept privately (the peer sees a translated copy). */
+struct shm_rwqe {
+	uint64_t wr_id;
+	uint64_t total_len;
+	uint32_t num_sge;
+};
+
+/* The connection of a QP to its peer, made by ferry_qp_exchange. */
+struct shm_conn {
+	int sock;			/* AF_UNIX SOCK_SEQPACKET, watched for hang-up */
+	pid_t peer_pid;			/* SO_PEERCRED: target of process_vm_* */
+	uint32_t peer_qpn;
+	uint32_t peer_rq_size;		/* validated copies from HELLO */
+	uint32_t peer_rq_sge;
+	size_t peer_rq_stride;
+	struct shm_mapping *peer_region;	/* read-only */
+	struct shm_mapping *peer_table;		/* read-only */
+	struct shm_mapping *peer_notify;	/* read-only */
+	int peer_cq_efd;		/* signals the peer's recv CQ */
+	int peer_kick_efd;		/* wakes the peer's monitor (RNR) */
+	uint64_t last_signalled_gen;
+	struct shm_peer_block {
+		uint64_t id;
+		struct shm_mapping *map;
+	} *blocks;			/* peer's ferry_alloc blocks we mapped */
+	uint32_t nblocks, blocks_cap;
+	uint64_t *announced;		/* our block ids the peer has */
+	uint32_t nannounced, announced_cap;
+	bool dead;			/* socket hung up */
+	bool watched;			/* registered with the monitor */
+};
+
+struct shm_qp {
+	struct ferry_qp qp;
+	struct ferry_qp_cap cap;
+	int sq_sig_all;
+	pthread_mutex_t sq_lock;	/* SQ, connection, state changes */
+	pthread_mutex_t rq_lock;	/* RQ */
+
+	/* Attributes set by modify_qp. */
+	uint32_t access;
+	uint8_t min_rnr_timer, rnr_retry, retry_cnt, timeout;
+	uint8_t max_rd_atomic, max_dest_rd_atomic, port_num;
+	uint16_t pkey_index;
+	enum ferry_mtu path_mtu;
+	uint32_t rq_psn, sq_psn, dest_qp_num;
+
+	/* Send queue: posted [sq_exec, sq_head) wait; [sq_retired, sq_exec) done. */
+	uint8_t *sq;			/* sq_size slots of sq_stride bytes */
+	size_t sq_stride;
+	uint32_t sq_size;
+	uint64_t sq_head, sq_exec;
+	_Atomic uint64_t sq_retired;	/* advanced by poll_cq */
+	uint64_t dq_seq;		/* our copy of region->dq_prod */
+	_Atomic bool async_error;	/* the peer broke the protocol: go to ERR */
+	int rnr_left;			/* retries left for the WR at sq_exec */
+	bool rnr_pending;		/* the WR at sq_exec waits for a receive */
+	uint64_t rnr_deadline_ns;
+
+	/* Receive queue (private half; the region holds the published half). */
+	struct shm_rwqe *rq;
+	uint32_t rq_size;
+	uint64_t rq_prod, rq_cons;
+	struct shm_rsge *rq_pending;	/* receives posted before the region exists */
+
+	/* The region we own and the connection. */
+	int region_fd;
+	struct shm_region *region;
+	size_t region_size;
+	size_t rq_stride;
+	struct shm_conn *conn;
+
+	struct shm_qp *pd_next;		/* in shm_pd.qps */
+	struct shm_qp *rnr_next;	/* in the monitor's RNR list */
+	bool in_rnr_list;
+};
+
+static inline struct shm_pd *to_spd(struct ferry_pd *pd)
+{
+	return container_of(pd, struct shm_pd, pd);
+}
+static inline struct shm_mr *to_smr(struct ferry_mr *mr)
+{
+	return container_of(mr, struct shm_mr, mr);
+}
+static inline struct shm_cq *to_scq(struct ferry_cq *cq)
+{
+	return container_of(cq, struct shm_cq, cq);
+}
+static inline struct shm_qp *to_sqp(struct ferry_qp *qp)
+{
+	return container_of(qp, struct shm_qp, qp);
+}
+
+/* shm.c: context, PD, MR, CQ, channel */
+const struct shm_mr_entry *shm_mr_lookup_local(struct shm_pd *pd, uint32_t lkey);
+void shm_cq_add_local(struct shm_cq *cq, const struct shm_lwc *lwc);
+void shm_cq_signal_local(struct shm_cq *cq, bool solicited_or_error);
+void shm_cq_attach_recv(struct shm_cq *cq, struct shm_qp *qp);
+void shm_cq_detach_recv(struct shm_cq *cq, struct shm_qp *qp);
+void shm_pd_add_qp(struct shm_pd *pd, struct shm_qp *qp);
+void shm_pd_remove_qp(struct shm_pd *pd, struct shm_qp *qp);
+
+/* shm_conn.c: exchange, announcements, monitor */
+int shm_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qpn_p);
+void shm_conn_destroy(struct shm_conn *conn);
+int shm_conn_announce_block(struct shm_conn *conn, uint64_t id, int fd);
+struct shm_mapping *shm_conn_peer_block(struct shm_conn *conn, uint64_t id);
+void shm_monitor_rnr(struct shm_qp *qp);
+void shm_monitor_forget(struct shm_qp *qp);
+int shm_monitor_kick_fd(void);
+int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size);
+
+/* shm_qp.c: QP objects and the state machine */
+struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *attr);
+int shm_modify_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr, int mask);
+int shm_query_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr,
+		 struct ferry_qp_init_attr *init_attr);
+int shm_destroy_qp(struct ferry_qp *qp);
+void shm_qp_set_error(struct shm_qp *qp, const char *why);	/* sq_lock held */
+void shm_qp_flush_sq(struct shm_qp *qp);			/* sq_lock held */
+
+/* shm_data.c: the data path */
+int shm_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr, struct ferry_send_wr **bad);
+int shm_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr, struct ferry_recv_wr **bad);
+int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc);	/* rq_lock taken */
+void shm_sq_progress(struct shm_qp *qp);			/* sq_lock held */
+void shm_rq_publish(struct shm_qp *qp);				/* rq_lock held */
+void shm_sq_complete(struct shm_qp *qp, uint64_t seq, enum ferry_wc_status status,
+		     uint32_t byte_len);				/* sq_lock held */
+uint64_t shm_rnr_delay_ns(uint32_t code);
+size_t shm_region_head_size(void);
+static inline struct shm_swqe *shm_sq_slot(struct shm_qp *qp, uint64_t seq)
+{
+	return (struct shm_swqe *)(qp->sq + (seq & (qp->sq_size - 1)) * qp->sq_stride);
+}
+
+/* Test hook: the QP's own region, the memory its peer reads. */
+int shm_qp_test_region(struct ferry_qp *qp, void **addr_p, size_t *len_p);
+
+uint64_t shm_now_ns(void);
+
+#endif /* FERRY_SHM_INTERNAL_H */

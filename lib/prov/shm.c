@@ -1,0 +1,683 @@
+/*
+ * shm.c - the shm provider's table, and its context, PD, MR, completion
+ * channel and CQ objects.  QPs live in shm_qp.c, the data path in
+ * shm_data.c, connections and the monitor thread in shm_conn.c.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shm-internal.h"
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+uint64_t shm_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * shm_memfd_map_owned - create a memfd of @size bytes that only we may write:
+ * map it read-write, then seal it against new writable mappings, so the
+ * peers we pass it to can only map it read-only.
+ */
+static void *shm_memfd_map_owned(const char *name, size_t size, int *fd_p)
+{
+	int fd = ferry_memfd_create(name, size);
+	void *addr;
+
+	if (fd < 0)
+		return NULL;
+	addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (addr == MAP_FAILED) {
+		ferry_warn("mmap of %s (%zu bytes): %m", name, size);
+		goto err_close;
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0) {
+		ferry_warn("sealing %s: %m", name);
+		munmap(addr, size);
+		goto err_close;
+	}
+	*fd_p = fd;
+	return addr;
+
+err_close:
+	close(fd);
+	errno = ENOMEM;
+	return NULL;
+}
+
+/* --- mappings of peers' files --- */
+
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_mapping *maps;
+
+struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot)
+{
+	struct shm_mapping *m;
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		goto err_inval;
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+		ferry_warn("peer passed a file that is not a shrink-sealed memfd");
+		goto err_inval;
+	}
+	if ((uint64_t)st.st_size < min_size || st.st_size == 0) {
+		ferry_warn("peer passed a %lld-byte file, %zu needed",
+			   (long long)st.st_size, min_size);
+		goto err_inval;
+	}
+	if (ferry_block_is_own_inode((unsigned long)st.st_ino)) {
+		ferry_warn("peer passed back one of our own memory blocks");
+		goto err_inval;
+	}
+
+	pthread_mutex_lock(&maps_lock);
+	for (m = maps; m; m = m->next) {
+		if (m->dev == st.st_dev && m->ino == st.st_ino && m->prot == prot) {
+			m->refs++;
+			pthread_mutex_unlock(&maps_lock);
+			return m;
+		}
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		goto err_unlock;
+	m->addr = mmap(NULL, (size_t)st.st_size, prot, MAP_SHARED, fd, 0);
+	if (m->addr == MAP_FAILED) {
+		ferry_warn("mapping a peer's %lld-byte file: %m", (long long)st.st_size);
+		free(m);
+		goto err_unlock;
+	}
+	m->size = (size_t)st.st_size;
+	m->dev = st.st_dev;
+	m->ino = st.st_ino;
+	m->prot = prot;
+	m->refs = 1;
+	m->next = maps;
+	maps = m;
+	pthread_mutex_unlock(&maps_lock);
+	return m;
+
+err_unlock:
+	pthread_mutex_unlock(&maps_lock);
+	errno = ENOMEM;
+	return NULL;
+err_inval:
+	errno = EINVAL;
+	return NULL;
+}
+
+void shm_unmap(struct shm_mapping *m)
+{
+	struct shm_mapping **pp;
+
+	if (!m)
+		return;
+	pthread_mutex_lock(&maps_lock);
+	if (--m->refs == 0) {
+		for (pp = &maps; *pp; pp = &(*pp)->next) {
+			if (*pp == m) {
+				*pp = m->next;
+				break;
+			}
+		}
+		munmap(m->addr, m->size);
+		free(m);
+	}
+	pthread_mutex_unlock(&maps_lock);
+}
+
+/* --- device and context --- */
+
+static struct ferry_device shm_device = {
+	.provider = &ferry_shm_provider,
+	.name = "shm0",
+};
+
+static int shm_get_devices(struct ferry_device **devs, int max)
+{
+	if (max < 1)
+		return 0;
+	devs[0] = &shm_device;
+	return 1;
+}
+
+static struct ferry_context *shm_open_device(struct ferry_device *dev)
+{
+	struct shm_context *sc = calloc(1, sizeof(*sc));
+
+	if (!sc)
+		return NULL;
+	sc->ctx.device = dev;
+	sc->ctx.provider = &ferry_shm_provider;
+	return &sc->ctx;
+}
+
+static int shm_close_device(struct ferry_context *ctx)
+{
+	free(container_of(ctx, struct shm_context, ctx));
+	return 0;
+}
+
+static int shm_query_device(struct ferry_context *ctx, struct ferry_device_attr *attr)
+{
+	memset(attr, 0, sizeof(*attr));
+	attr->max_mr_size = SHM_MAX_MR_SIZE;
+	attr->max_qp = 1u << 20;
+	attr->max_qp_wr = SHM_MAX_QP_WR;
+	attr->max_sge = SHM_MAX_SGE;
+	attr->max_cq = 1u << 20;
+	attr->max_cqe = SHM_MAX_CQE;
+	attr->max_mr = SHM_MR_TABLE_ENTRIES - 1;
+	attr->max_pd = 1u << 20;
+	attr->max_inline_data = SHM_MAX_INLINE;
+	attr->max_qp_rd_atom = 128;
+	attr->atomic_cap = 1;
+	return 0;
+}
+
+/* --- protection domains and memory regions --- */
+
+static struct ferry_pd *shm_alloc_pd(struct ferry_context *ctx)
+{
+	size_t size = SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry);
+	struct shm_pd *spd = calloc(1, sizeof(*spd));
+
+	if (!spd)
+		return NULL;
+	spd->gens = calloc(SHM_MR_TABLE_ENTRIES, 1);
+	if (!spd->gens)
+		goto err_free;
+	spd->table = shm_memfd_map_owned("ferry-mr-table", size, &spd->table_fd);
+	if (!spd->table)
+		goto err_free_gens;
+	pthread_mutex_init(&spd->lock, NULL);
+	spd->next_free = 1;	/* slot 0 stays unused: key 0 is never valid */
+	spd->pd.context = ctx;
+	return &spd->pd;
+
+err_free_gens:
+	free(spd->gens);
+err_free:
+	free(spd);
+	errno = ENOMEM;
+	return NULL;
+}
+
+static int shm_dealloc_pd(struct ferry_pd *pd)
+{
+	struct shm_pd *spd = to_spd(pd);
+	uint32_t i;
+
+	pthread_mutex_lock(&spd->lock);
+	for (i = 1; i < SHM_MR_TABLE_ENTRIES; i++) {
+		if (atomic_load_explicit(&spd->table[i].rkey, memory_order_relaxed)) {
+			pthread_mutex_unlock(&spd->lock);
+			return ERR(EBUSY);
+		}
+	}
+	if (spd->qps) {
+		pthread_mutex_unlock(&spd->lock);
+		return ERR(EBUSY);
+	}
+	pthread_mutex_unlock(&spd->lock);
+	munmap(spd->table, SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry));
+	close(spd->table_fd);
+	pthread_mutex_destroy(&spd->lock);
+	free(spd->gens);
+	free(spd);
+	return 0;
+}
+
+void shm_pd_add_qp(struct shm_pd *spd, struct shm_qp *qp)
+{
+	pthread_mutex_lock(&spd->lock);
+	qp->pd_next = spd->qps;
+	spd->qps = qp;
+	pthread_mutex_unlock(&spd->lock);
+}
+
+void shm_pd_remove_qp(struct shm_pd *spd, struct shm_qp *qp)
+{
+	struct shm_qp **pp;
+
+	pthread_mutex_lock(&spd->lock);
+	for (pp = &spd->qps; *pp; pp = &(*pp)->pd_next) {
+		if (*pp == qp) {
+			*pp = qp->pd_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&spd->lock);
+}
+
+/* Find a free MR slot; spd->lock held. */
+static uint32_t shm_pd_free_slot(struct shm_pd *spd)
+{
+	uint32_t i, n = SHM_MR_TABLE_ENTRIES;
+
+	for (i = 0; i < n - 1; i++) {
+		uint32_t idx = 1 + (spd->next_free - 1 + i) % (n - 1);
+
+		if (!atomic_load_explicit(&spd->table[idx].rkey, memory_order_relaxed)) {
+			spd->next_free = idx + 1 < n ? idx + 1 : 1;
+			return idx;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Tell every connected peer of the PD about a block it can now reach.
+ * Announcing happens before ferry_reg_mr returns, so the block's fd is in
+ * the peer's socket before the rkey can possibly reach it.
+ */
+static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id, int fd)
+{
+	struct shm_qp *qp;
+
+	for (qp = spd->qps; qp; qp = qp->pd_next) {
+		pthread_mutex_lock(&qp->sq_lock);
+		if (qp->conn)
+			shm_conn_announce_block(qp->conn, block_id, fd);
+		pthread_mutex_unlock(&qp->sq_lock);
+	}
+}
+
+static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, int access)
+{
+	struct shm_pd *spd = to_spd(pd);
+	struct shm_mr_entry *e;
+	struct ferry_block blk;
+	struct shm_mr *smr;
+	uint32_t idx, key;
+
+	if (len > SHM_MAX_MR_SIZE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	smr = calloc(1, sizeof(*smr));
+	if (!smr)
+		return NULL;
+	smr->block_fd = -1;
+	if (ferry_block_find(addr, len, &blk)) {
+		smr->block_fd = fcntl(blk.fd, F_DUPFD_CLOEXEC, 0);
+		if (smr->block_fd < 0)
+			goto err_free;
+		smr->block_id = blk.id;
+		smr->block_size = blk.size;
+	}
+
+	pthread_mutex_lock(&spd->lock);
+	idx = shm_pd_free_slot(spd);
+	if (!idx) {
+		pthread_mutex_unlock(&spd->lock);
+		errno = ENOMEM;
+		goto err_close;
+	}
+	key = SHM_KEY(idx, ++spd->gens[idx]);
+	if (key == 0)
+		key = SHM_KEY(idx, ++spd->gens[idx]);
+	e = &spd->table[idx];
+	e->access = (uint32_t)access;
+	e->addr = (uintptr_t)addr;
+	e->length = len;
+	e->block_id = smr->block_id;
+	e->block_offset = smr->block_id ? (uintptr_t)addr - (uintptr_t)blk.addr : 0;
+	atomic_store_explicit(&e->rkey, key, memory_order_release);
+	if (smr->block_id && (access & ~FERRY_ACCESS_LOCAL_WRITE))
+		shm_pd_announce(spd, smr->block_id, smr->block_fd);
+	pthread_mutex_unlock(&spd->lock);
+
+	smr->index = idx;
+	smr->mr.context = pd->context;
+	smr->mr.pd = pd;
+	smr->mr.addr = addr;
+	smr->mr.length = len;
+	smr->mr.handle = idx;
+	smr->mr.lkey = key;
+	smr->mr.rkey = key;
+	return &smr->mr;
+
+err_close:
+	if (smr->block_fd >= 0)
+		close(smr->block_fd);
+err_free:
+	free(smr);
+	return NULL;
+}
+
+static int shm_dereg_mr(struct ferry_mr *mr)
+{
+	struct shm_mr *smr = to_smr(mr);
+	struct shm_pd *spd = to_spd(mr->pd);
+
+	pthread_mutex_lock(&spd->lock);
+	atomic_store_explicit(&spd->table[smr->index].rkey, 0, memory_order_release);
+	pthread_mutex_unlock(&spd->lock);
+	if (smr->block_fd >= 0)
+		close(smr->block_fd);
+	free(smr);
+	return 0;
+}
+
+/* Our own table is trusted (peers can only read it). NULL if @lkey is stale. */
+const struct shm_mr_entry *shm_mr_lookup_local(struct shm_pd *spd, uint32_t lkey)
+{
+	uint32_t idx = SHM_KEY_INDEX(lkey);
+
+	if (idx == 0 || idx >= SHM_MR_TABLE_ENTRIES)
+		return NULL;
+	if (atomic_load_explicit(&spd->table[idx].rkey, memory_order_acquire) != lkey)
+		return NULL;
+	return &spd->table[idx];
+}
+
+/* --- completion channels --- */
+
+static struct ferry_comp_channel *shm_create_comp_channel(struct ferry_context *ctx)
+{
+	struct shm_channel *sch = calloc(1, sizeof(*sch));
+
+	if (!sch)
+		return NULL;
+	sch->ch.fd = epoll_create1(EPOLL_CLOEXEC);
+	if (sch->ch.fd < 0) {
+		free(sch);
+		return NULL;
+	}
+	sch->ch.context = ctx;
+	return &sch->ch;
+}
+
+static int shm_destroy_comp_channel(struct ferry_comp_channel *ch)
+{
+	close(ch->fd);	/* the core refuses while CQs still use it */
+	free(container_of(ch, struct shm_channel, ch));
+	return 0;
+}
+
+static int shm_get_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p)
+{
+	int flags = fcntl(ch->fd, F_GETFL);
+	struct epoll_event ev;
+	struct shm_cq *scq;
+	uint64_t count;
+	int n;
+
+	for (;;) {
+		n = epoll_wait(ch->fd, &ev, 1, (flags & O_NONBLOCK) ? 0 : -1);
+		if (n < 0)
+			return -1;	/* EINTR goes to the caller, as ibverbs */
+		if (n == 0)
+			return ERR(EAGAIN);
+		scq = ev.data.ptr;
+		if (read(scq->efd, &count, sizeof(count)) == sizeof(count))
+			break;
+		/* Another thread took this event: wait for the next one. */
+	}
+	pthread_mutex_lock(&scq->lock);
+	atomic_store(&scq->notify->word, scq->gen << 2 | SHM_NOTIFY_NONE);
+	scq->events++;
+	pthread_mutex_unlock(&scq->lock);
+	*cq_p = &scq->cq;
+	return 0;
+}
+
+/* --- completion queues --- */
+
+static struct ferry_cq *shm_create_cq(struct ferry_context *ctx, int cqe,
+				      struct ferry_comp_channel *ch)
+{
+	struct shm_cq *scq;
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (cqe > SHM_MAX_CQE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	scq = calloc(1, sizeof(*scq));
+	if (!scq)
+		return NULL;
+	scq->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (scq->efd < 0)
+		goto err_free;
+	scq->notify = shm_memfd_map_owned("ferry-cq-notify", sizeof(*scq->notify),
+					  &scq->notify_fd);
+	if (!scq->notify)
+		goto err_close_efd;
+	if (ch) {
+		ev.data.ptr = scq;
+		if (epoll_ctl(ch->fd, EPOLL_CTL_ADD, scq->efd, &ev) < 0)
+			goto err_unmap;
+	}
+	pthread_mutex_init(&scq->lock, NULL);
+	scq->cq.context = ctx;
+	scq->cq.channel = ch;
+	scq->cq.cqe = cqe;
+	return &scq->cq;
+
+err_unmap:
+	munmap(scq->notify, sizeof(*scq->notify));
+	close(scq->notify_fd);
+err_close_efd:
+	close(scq->efd);
+err_free:
+	free(scq);
+	return NULL;
+}
+
+static int shm_destroy_cq(struct ferry_cq *cq)
+{
+	struct shm_cq *scq = to_scq(cq);
+
+	pthread_mutex_lock(&scq->lock);
+	if (scq->nqps || scq->events != scq->acked) {
+		pthread_mutex_unlock(&scq->lock);
+		return ERR(EBUSY);
+	}
+	pthread_mutex_unlock(&scq->lock);
+	if (cq->channel) {
+		epoll_ctl(cq->channel->fd, EPOLL_CTL_DEL, scq->efd, NULL);
+	}
+	munmap(scq->notify, sizeof(*scq->notify));
+	close(scq->notify_fd);
+	close(scq->efd);
+	pthread_mutex_destroy(&scq->lock);
+	free(scq->ring);
+	free(scq->rqps);
+	free(scq);
+	return 0;
+}
+
+static int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
+{
+	struct shm_cq *scq = to_scq(cq);
+	uint32_t mode = solicited_only ? SHM_NOTIFY_SOLICITED : SHM_NOTIFY_ALL;
+
+	pthread_mutex_lock(&scq->lock);
+	scq->gen++;
+	/* seq_cst: pairs with the fence a sender runs between publishing a
+	 * delivery and reading this word (see shm_data.c). */
+	atomic_store(&scq->notify->word, scq->gen << 2 | mode);
+	pthread_mutex_unlock(&scq->lock);
+	return 0;
+}
+
+static void shm_ack_cq_events(struct ferry_cq *cq, unsigned int n)
+{
+	struct shm_cq *scq = to_scq(cq);
+
+	pthread_mutex_lock(&scq->lock);
+	scq->acked += n;
+	pthread_mutex_unlock(&scq->lock);
+}
+
+/*
+ * shm_cq_signal_local - raise the CQ's event if it is armed for this kind of
+ * completion; scq->lock held.  A completion made in this process disarms the
+ * CQ at once, so one arm gives one event.
+ */
+void shm_cq_signal_local(struct shm_cq *scq, bool solicited_or_error)
+{
+	uint64_t w = atomic_load(&scq->notify->word);
+	uint32_t mode = SHM_NOTIFY_MODE(w);
+	uint64_t one = 1;
+
+	if (mode == SHM_NOTIFY_ALL || (mode == SHM_NOTIFY_SOLICITED && solicited_or_error)) {
+		atomic_store(&scq->notify->word, scq->gen << 2 | SHM_NOTIFY_NONE);
+		if (write(scq->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			ferry_warn("signalling a CQ event: %m");
+	}
+}
+
+/* Append a completion made in this process (sends, flushes); scq->lock held. */
+void shm_cq_add_local(struct shm_cq *scq, const struct shm_lwc *lwc)
+{
+	uint32_t tail;
+
+	if (scq->ring_count == scq->ring_cap) {
+		uint32_t cap = scq->ring_cap ? 2 * scq->ring_cap : 64;
+		struct shm_lwc *nr = malloc(cap * sizeof(*nr));
+		uint32_t i;
+
+		if (!nr) {
+			/* Cannot grow: keep the oldest, which the user still needs. */
+			ferry_err("CQ %p: out of memory for a completion; dropping wr_id %llu",
+				  (void *)scq, (unsigned long long)lwc->wc.wr_id);
+			return;
+		}
+		for (i = 0; i < scq->ring_count; i++)
+			nr[i] = scq->ring[(scq->ring_head + i) % scq->ring_cap];
+		free(scq->ring);
+		scq->ring = nr;
+		scq->ring_cap = cap;
+		scq->ring_head = 0;
+	}
+	tail = (scq->ring_head + scq->ring_count) % scq->ring_cap;
+	scq->ring[tail] = *lwc;
+	scq->ring_count++;
+	shm_cq_signal_local(scq, lwc->wc.status != FERRY_WC_SUCCESS);
+}
+
+void shm_cq_attach_recv(struct shm_cq *scq, struct shm_qp *qp)
+{
+	pthread_mutex_lock(&scq->lock);
+	if (scq->nrqps == scq->rqps_cap) {
+		uint32_t cap = scq->rqps_cap ? 2 * scq->rqps_cap : 4;
+		struct shm_qp **n = realloc(scq->rqps, cap * sizeof(*n));
+
+		if (!n) {
+			pthread_mutex_unlock(&scq->lock);
+			ferry_err("attaching a QP to its receive CQ: out of memory");
+			return;
+		}
+		scq->rqps = n;
+		scq->rqps_cap = cap;
+	}
+	scq->rqps[scq->nrqps++] = qp;
+	pthread_mutex_unlock(&scq->lock);
+}
+
+void shm_cq_detach_recv(struct shm_cq *scq, struct shm_qp *qp)
+{
+	uint32_t i, j;
+
+	pthread_mutex_lock(&scq->lock);
+	for (i = 0; i < scq->nrqps; i++) {
+		if (scq->rqps[i] == qp) {
+			scq->rqps[i] = scq->rqps[--scq->nrqps];
+			break;
+		}
+	}
+	/* Local completions of this QP must not outlive it. */
+	for (i = 0, j = 0; i < scq->ring_count; i++) {
+		struct shm_lwc *c = &scq->ring[(scq->ring_head + i) % scq->ring_cap];
+
+		if (c->qp != qp)
+			scq->ring[(scq->ring_head + j++) % scq->ring_cap] = *c;
+	}
+	scq->ring_count = j;
+	pthread_mutex_unlock(&scq->lock);
+}
+
+/*
+ * shm_poll_cq - local completions first (sends, flushes), then deliveries
+ * from the peers of the QPs receiving here, starting with a different QP
+ * each call so that one busy peer cannot starve the others.
+ */
+static int shm_poll_cq(struct ferry_cq *cq, int n, struct ferry_wc *wc)
+{
+	struct shm_cq *scq = to_scq(cq);
+	uint32_t i, start, nq;
+	int got = 0;
+
+	pthread_mutex_lock(&scq->lock);
+	while (got < n && scq->ring_count) {
+		struct shm_lwc *c = &scq->ring[scq->ring_head];
+
+		wc[got++] = c->wc;
+		if (c->is_send)
+			atomic_store_explicit(&c->qp->sq_retired, c->sq_seq + 1,
+					      memory_order_release);
+		scq->ring_head = (scq->ring_head + 1) % scq->ring_cap;
+		scq->ring_count--;
+	}
+	nq = scq->nrqps;
+	start = nq ? scq->rr_next++ % nq : 0;
+	for (i = 0; i < nq && got < n; i++)
+		got += shm_poll_recv(scq->rqps[(start + i) % nq], n - got, wc + got);
+	pthread_mutex_unlock(&scq->lock);
+	return got;
+}
+
+static int shm_qp_exchange_op(struct ferry_qp *qp, int sock, uint32_t *peer_qpn)
+{
+	return shm_qp_exchange(qp, sock, peer_qpn);
+}
+
+const struct ferry_provider ferry_shm_provider = {
+	.name = "shm",
+	.get_devices = shm_get_devices,
+	.open_device = shm_open_device,
+	.close_device = shm_close_device,
+	.query_device = shm_query_device,
+	.alloc_pd = shm_alloc_pd,
+	.dealloc_pd = shm_dealloc_pd,
+	.reg_mr = shm_reg_mr,
+	.dereg_mr = shm_dereg_mr,
+	.create_comp_channel = shm_create_comp_channel,
+	.destroy_comp_channel = shm_destroy_comp_channel,
+	.get_cq_event = shm_get_cq_event,
+	.create_cq = shm_create_cq,
+	.destroy_cq = shm_destroy_cq,
+	.req_notify_cq = shm_req_notify_cq,
+	.ack_cq_events = shm_ack_cq_events,
+	.poll_cq = shm_poll_cq,
+	.create_qp = shm_create_qp,
+	.modify_qp = shm_modify_qp,
+	.query_qp = shm_query_qp,
+	.destroy_qp = shm_destroy_qp,
+	.post_send = shm_post_send,
+	.post_recv = shm_post_recv,
+	.qp_exchange = shm_qp_exchange_op,
+};

@@ -1,0 +1,756 @@
+/*
+ * shm_conn.c - connecting two shm QPs, and the monitor thread.
+ *
+ * The exchange runs over an AF_UNIX SOCK_SEQPACKET socket in two rounds, so
+ * that each side can size its region after learning the peer's queue depth:
+ *
+ *   HELLO   qp_num, psn, rq depth and SGEs;  fds: MR table (read-only),
+ *           recv CQ notify word (read-only), recv CQ eventfd, monitor kick
+ *   REGION  region size;                     fd: the region (read-only)
+ *   BLOCK   block id;                        fd: a ferry_alloc block (any time later)
+ *
+ * Every message is checked for size, magic, version, type, fd count and
+ * value ranges; unexpected descriptors are closed.  The socket stays open:
+ * the monitor thread watches it and a hang-up moves the QP to ERR.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "shm-internal.h"
+
+#define SHM_MSG_MAX_FDS 8
+
+/* --- messages --- */
+
+static int shm_msg_send(int sock, struct shm_msg *msg, const int *fds, int nfds)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * SHM_MSG_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = msg, .iov_len = sizeof(*msg) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	msg->magic = SHM_MAGIC;
+	msg->version = SHM_VERSION;
+	if (nfds > 0) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(*msg)) {
+		if (n >= 0)
+			errno = EPROTO;
+		return -1;
+	}
+	return 0;
+}
+
+static void shm_close_fds(int *fds, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
+/*
+ * shm_msg_recv - receive one message with exactly @want_fds descriptors,
+ * waiting at most @timeout_ms (-1: don't wait at all).  With @pid_p, also
+ * the sender's process id as the kernel vouches for it (SO_PASSCRED must be
+ * on).  Returns 0, or -1 with
+ * errno: EAGAIN (nothing there), ETIMEDOUT, ECONNRESET (peer gone), EPROTO
+ * (malformed: wrong size, magic, version, type or fd count).
+ */
+static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t type, int *fds,
+			int want_fds, int timeout_ms, pid_t *pid_p)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * SHM_MSG_MAX_FDS) +
+			 CMSG_SPACE(sizeof(struct ucred))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = msg, .iov_len = sizeof(*msg) };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
+	};
+	int got[SHM_MSG_MAX_FDS], ngot = 0, i;
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	if (timeout_ms >= 0) {
+		struct pollfd pfd = { .fd = sock, .events = POLLIN };
+		int r;
+
+		do
+			r = poll(&pfd, 1, timeout_ms);
+		while (r < 0 && errno == EINTR);
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			return ERR(ETIMEDOUT);
+	}
+	do
+		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	if (n == 0)
+		return ERR(ECONNRESET);
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+			for (i = 0; i < k && ngot < SHM_MSG_MAX_FDS; i++)
+				memcpy(&got[ngot++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+		} else if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS &&
+			   pid_p) {
+			struct ucred cred;
+
+			memcpy(&cred, CMSG_DATA(cm), sizeof(cred));
+			*pid_p = cred.pid;
+		}
+	}
+	if (n != (ssize_t)sizeof(*msg) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+	    msg->magic != SHM_MAGIC || msg->version != SHM_VERSION ||
+	    msg->type != type || ngot != want_fds) {
+		ferry_warn("malformed message from peer (%zd bytes, type %u, %d fds)",
+			   n, n >= 12 ? msg->type : 0, ngot);
+		shm_close_fds(got, ngot);
+		return ERR(EPROTO);
+	}
+	memcpy(fds, got, sizeof(int) * (size_t)ngot);
+	return 0;
+}
+
+/* --- the region --- */
+
+static size_t shm_rq_stride(uint32_t rq_sge)
+{
+	return 8 + rq_sge * sizeof(struct shm_rsge);
+}
+
+size_t shm_region_head_size(void)
+{
+	return (sizeof(struct shm_region) + 63) & ~(size_t)63;
+}
+
+static size_t shm_region_size(uint32_t rq_size, uint32_t rq_sge, uint32_t dq_size)
+{
+	return shm_region_head_size() + rq_size * shm_rq_stride(rq_sge) + dq_size * sizeof(struct shm_delivery);
+}
+
+int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
+{
+	size_t size = shm_region_size(qp->rq_size, qp->cap.max_recv_sge, peer_rq_size);
+	struct shm_region *r;
+	int fd = ferry_memfd_create("ferry-qp-region", size);
+
+	if (fd < 0)
+		return -1;
+	r = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (r == MAP_FAILED || fcntl(fd, F_ADD_SEALS, 0x0010 /* F_SEAL_FUTURE_WRITE */) < 0) {
+		ferry_warn("mapping a %zu-byte QP region: %m", size);
+		if (r != MAP_FAILED)
+			munmap(r, size);
+		close(fd);
+		return ERR(ENOMEM);
+	}
+	r->magic = SHM_MAGIC;
+	r->version = SHM_VERSION;
+	r->qp_num = qp->qp.qp_num;
+	r->rq_size = qp->rq_size;
+	r->rq_sge = qp->cap.max_recv_sge;
+	r->dq_size = peer_rq_size;
+	atomic_store(&r->min_rnr_timer, qp->min_rnr_timer);
+	qp->region = r;
+	qp->region_fd = fd;
+	qp->region_size = size;
+	qp->rq_stride = shm_rq_stride(qp->cap.max_recv_sge);
+	return 0;
+}
+
+/* --- the exchange --- */
+
+static bool shm_hello_ok(const struct shm_msg *m)
+{
+	return m->rq_size >= 1 && m->rq_size <= SHM_MAX_QP_WR &&
+	       (m->rq_size & (m->rq_size - 1)) == 0 &&
+	       m->rq_sge >= 1 && m->rq_sge <= SHM_MAX_SGE &&
+	       m->qp_num != 0 && m->qp_num <= 0xffffff;
+}
+
+/*
+ * The peer's pid (the target of process_vm_*) comes from the credentials the
+ * kernel attaches to its HELLO: SO_PEERCRED would name whoever created the
+ * socket, which for a socketpair shared across fork is not the peer.
+ */
+static int shm_check_socket(int sock)
+{
+	socklen_t len = sizeof(int);
+	int type, domain, on = 1;
+
+	if (getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+		return -1;	/* ENOTSOCK, EBADF */
+	len = sizeof(int);
+	if (getsockopt(sock, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
+		return -1;
+	if (domain != AF_UNIX || type != SOCK_SEQPACKET) {
+		ferry_info("ferry_qp_exchange needs an AF_UNIX SOCK_SEQPACKET socket");
+		return ERR(EINVAL);
+	}
+	return setsockopt(sock, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on));
+}
+
+static int shm_exchange_hello(struct shm_qp *qp, struct shm_conn *conn)
+{
+	struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
+	struct shm_msg m = { .type = SHM_MSG_HELLO };
+	int kick = shm_monitor_kick_fd();
+	int fds[SHM_HELLO_FDS] = { to_spd(qp->qp.pd)->table_fd, rcq->notify_fd, rcq->efd, kick };
+	int pfds[SHM_HELLO_FDS];
+
+	if (kick < 0)
+		return -1;
+	m.qp_num = qp->qp.qp_num;
+	m.psn = qp->sq_psn;
+	m.rq_size = qp->rq_size;
+	m.rq_sge = qp->cap.max_recv_sge;
+	if (shm_msg_send(conn->sock, &m, fds, SHM_HELLO_FDS) < 0)
+		return -1;
+	conn->peer_pid = 0;
+	if (shm_msg_recv(conn->sock, &m, SHM_MSG_HELLO, pfds, SHM_HELLO_FDS,
+			 SHM_EXCHANGE_TIMEOUT_MS, &conn->peer_pid) < 0)
+		return -1;
+	if (conn->peer_pid <= 0) {
+		ferry_warn("peer's HELLO carries no credentials");
+		shm_close_fds(pfds, SHM_HELLO_FDS);
+		return ERR(EPROTO);
+	}
+	if (!shm_hello_ok(&m)) {
+		ferry_warn("peer's HELLO has bad values (qp %u, rq %u x %u)",
+			   m.qp_num, m.rq_size, m.rq_sge);
+		shm_close_fds(pfds, SHM_HELLO_FDS);
+		return ERR(EPROTO);
+	}
+	conn->peer_qpn = m.qp_num;
+	conn->peer_rq_size = m.rq_size;
+	conn->peer_rq_sge = m.rq_sge;
+	conn->peer_rq_stride = shm_rq_stride(m.rq_sge);
+	conn->peer_table = shm_map_fd(pfds[0], SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry),
+				      PROT_READ);
+	conn->peer_notify = shm_map_fd(pfds[1], sizeof(struct shm_notify), PROT_READ);
+	conn->peer_cq_efd = pfds[2];
+	conn->peer_kick_efd = pfds[3];
+	close(pfds[0]);
+	close(pfds[1]);
+	if (!conn->peer_table || !conn->peer_notify)
+		return ERR(EPROTO);
+	return 0;
+}
+
+static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
+{
+	struct shm_msg m = { .type = SHM_MSG_REGION };
+	size_t want = shm_region_size(conn->peer_rq_size, conn->peer_rq_sge, qp->rq_size);
+	const struct shm_region *pr;
+	int fd;
+
+	if (shm_region_create(qp, conn->peer_rq_size) < 0)
+		return -1;
+	m.value = qp->region_size;
+	if (shm_msg_send(conn->sock, &m, &qp->region_fd, 1) < 0)
+		return -1;
+	if (shm_msg_recv(conn->sock, &m, SHM_MSG_REGION, &fd, 1, SHM_EXCHANGE_TIMEOUT_MS,
+			 NULL) < 0)
+		return -1;
+	if (m.value != want) {
+		ferry_warn("peer's region is %llu bytes, expected %zu",
+			   (unsigned long long)m.value, want);
+		close(fd);
+		return ERR(EPROTO);
+	}
+	conn->peer_region = shm_map_fd(fd, want, PROT_READ);
+	close(fd);
+	if (!conn->peer_region)
+		return ERR(EPROTO);
+	pr = conn->peer_region->addr;
+	if (pr->qp_num != conn->peer_qpn || pr->rq_size != conn->peer_rq_size ||
+	    pr->rq_sge != conn->peer_rq_sge || pr->dq_size != qp->rq_size) {
+		ferry_warn("peer's region disagrees with its HELLO");
+		return ERR(EPROTO);
+	}
+	return 0;
+}
+
+void shm_conn_destroy(struct shm_conn *conn)
+{
+	uint32_t i;
+
+	if (conn->sock >= 0)
+		close(conn->sock);
+	if (conn->peer_cq_efd >= 0)
+		close(conn->peer_cq_efd);
+	if (conn->peer_kick_efd >= 0)
+		close(conn->peer_kick_efd);
+	shm_unmap(conn->peer_region);
+	shm_unmap(conn->peer_table);
+	shm_unmap(conn->peer_notify);
+	for (i = 0; i < conn->nblocks; i++)
+		shm_unmap(conn->blocks[i].map);
+	free(conn->blocks);
+	free(conn->announced);
+	free(conn);
+}
+
+/* Announce every block of the PD's remote-accessible MRs to a new peer. */
+static void shm_conn_announce_all(struct shm_qp *qp)
+{
+	struct shm_pd *spd = to_spd(qp->qp.pd);
+	struct ferry_block blk;
+	uint32_t i;
+
+	pthread_mutex_lock(&spd->lock);
+	for (i = 1; i < SHM_MR_TABLE_ENTRIES; i++) {
+		const struct shm_mr_entry *e = &spd->table[i];
+
+		if (!atomic_load_explicit(&e->rkey, memory_order_relaxed) || !e->block_id ||
+		    !(e->access & ~FERRY_ACCESS_LOCAL_WRITE) ||
+		    !ferry_block_by_id(e->block_id, &blk))
+			continue;
+		pthread_mutex_lock(&qp->sq_lock);
+		if (qp->conn)
+			shm_conn_announce_block(qp->conn, blk.id, blk.fd);
+		pthread_mutex_unlock(&qp->sq_lock);
+	}
+	pthread_mutex_unlock(&spd->lock);
+}
+
+static void shm_monitor_watch(struct shm_qp *qp);
+
+int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+	struct shm_conn *conn;
+
+	if (shm_check_socket(sock) < 0)
+		return -1;
+	conn = calloc(1, sizeof(*conn));
+	if (!conn)
+		return -1;
+	conn->peer_cq_efd = conn->peer_kick_efd = -1;
+	conn->sock = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+	if (conn->sock < 0)
+		goto err_free;
+
+	pthread_mutex_lock(&qp->sq_lock);
+	if (qp->qp.state != FERRY_QPS_INIT || qp->conn) {
+		pthread_mutex_unlock(&qp->sq_lock);
+		errno = qp->conn ? EISCONN : EINVAL;
+		goto err_free;
+	}
+	if (shm_exchange_hello(qp, conn) < 0 || shm_exchange_region(qp, conn) < 0) {
+		int e = errno;
+
+		if (qp->region) {
+			munmap(qp->region, qp->region_size);
+			close(qp->region_fd);
+			qp->region = NULL;
+			qp->region_fd = -1;
+		}
+		pthread_mutex_unlock(&qp->sq_lock);
+		ferry_info("QP %u: exchange failed: %s", fqp->qp_num, strerror(e));
+		errno = e;
+		goto err_free;
+	}
+	qp->conn = conn;
+	pthread_mutex_lock(&qp->rq_lock);
+	shm_rq_publish(qp);	/* receives posted in INIT become visible */
+	pthread_mutex_unlock(&qp->rq_lock);
+	pthread_mutex_unlock(&qp->sq_lock);
+
+	shm_conn_announce_all(qp);
+	shm_monitor_watch(qp);
+	*peer_qpn_p = conn->peer_qpn;
+	return 0;
+
+err_free:
+	{
+		int e = errno;
+
+		shm_conn_destroy(conn);
+		errno = e;
+	}
+	return -1;
+}
+
+/* --- ferry_alloc blocks --- */
+
+static bool shm_u64_push(uint64_t **arr, uint32_t *n, uint32_t *cap, uint64_t v)
+{
+	if (*n == *cap) {
+		uint32_t c = *cap ? 2 * *cap : 8;
+		uint64_t *a = realloc(*arr, c * sizeof(*a));
+
+		if (!a)
+			return false;
+		*arr = a;
+		*cap = c;
+	}
+	(*arr)[(*n)++] = v;
+	return true;
+}
+
+/* Send block @id to the peer unless it has it; the QP's sq_lock held. */
+int shm_conn_announce_block(struct shm_conn *conn, uint64_t id, int fd)
+{
+	struct shm_msg m = { .type = SHM_MSG_BLOCK, .value = id };
+	uint32_t i;
+
+	for (i = 0; i < conn->nannounced; i++)
+		if (conn->announced[i] == id)
+			return 0;
+	if (shm_msg_send(conn->sock, &m, &fd, 1) < 0) {
+		ferry_warn("announcing a memory block to the peer: %m");
+		return -1;
+	}
+	if (!shm_u64_push(&conn->announced, &conn->nannounced, &conn->announced_cap, id))
+		return ERR(ENOMEM);
+	return 0;
+}
+
+static struct shm_mapping *shm_conn_find_block(struct shm_conn *conn, uint64_t id)
+{
+	uint32_t i;
+
+	for (i = 0; i < conn->nblocks; i++)
+		if (conn->blocks[i].id == id)
+			return conn->blocks[i].map;
+	return NULL;
+}
+
+/* Take in the block announcements waiting in the socket. */
+static void shm_conn_drain(struct shm_conn *conn)
+{
+	struct shm_msg m;
+	int fd;
+
+	while (!conn->dead) {
+		struct shm_mapping *map;
+
+		if (shm_msg_recv(conn->sock, &m, SHM_MSG_BLOCK, &fd, 1, -1, NULL) < 0) {
+			if (errno == ECONNRESET)
+				conn->dead = true;
+			if (errno != EPROTO)
+				return;
+			continue;
+		}
+		map = shm_conn_find_block(conn, m.value) ? NULL :
+		      shm_map_fd(fd, 1, PROT_READ | PROT_WRITE);
+		close(fd);
+		if (!map)
+			continue;
+		if (conn->nblocks == conn->blocks_cap) {
+			uint32_t c = conn->blocks_cap ? 2 * conn->blocks_cap : 8;
+			struct shm_peer_block *b = realloc(conn->blocks, c * sizeof(*b));
+
+			if (!b) {
+				shm_unmap(map);
+				return;
+			}
+			conn->blocks = b;
+			conn->blocks_cap = c;
+		}
+		conn->blocks[conn->nblocks].id = m.value;
+		conn->blocks[conn->nblocks++].map = map;
+	}
+}
+
+/* The peer's block @id mapped here, or NULL; the QP's sq_lock held. */
+struct shm_mapping *shm_conn_peer_block(struct shm_conn *conn, uint64_t id)
+{
+	struct shm_mapping *m = shm_conn_find_block(conn, id);
+
+	if (m)
+		return m;
+	shm_conn_drain(conn);
+	return shm_conn_find_block(conn, id);
+}
+
+/* --- the monitor thread: hang-ups and RNR retries --- */
+
+struct shm_watch {
+	struct shm_qp *qp;
+	int pins;		/* the monitor is using qp: don't free it */
+	struct shm_watch *next;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t unpinned;
+	pid_t pid;		/* process that started it: restart after fork */
+	int epfd;
+	int kick_efd;
+	struct shm_watch *watches;	/* QPs with a connection or RNR wait */
+} mon = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, -1, -1, NULL };
+
+/* Timer values of min_rnr_timer's IB encoding, in microseconds. */
+static const uint32_t shm_rnr_us[32] = {
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960,
+	1280, 1920, 2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720,
+	40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520,
+};
+
+uint64_t shm_rnr_delay_ns(uint32_t code)
+{
+	return (uint64_t)shm_rnr_us[code & 31] * 1000;
+}
+
+static struct shm_watch *shm_watch_find(struct shm_qp *qp)
+{
+	struct shm_watch *w;
+
+	for (w = mon.watches; w; w = w->next)
+		if (w->qp == qp)
+			return w;
+	return NULL;
+}
+
+static void *shm_monitor_main(void *arg);
+
+/* Start the monitor in this process if needed; mon.lock held. */
+static int shm_monitor_start_locked(void)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	pthread_attr_t attr;
+	pthread_t tid;
+	sigset_t all, old;
+	int err;
+
+	if (mon.pid == getpid())
+		return 0;
+	/* After fork the child has the parent's fds but no thread: begin anew. */
+	mon.watches = NULL;
+	mon.epfd = epoll_create1(EPOLL_CLOEXEC);
+	mon.kick_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (mon.epfd < 0 || mon.kick_efd < 0 ||
+	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, mon.kick_efd, &ev) < 0) {
+		ferry_err("starting the shm monitor: %m");
+		goto err;
+	}
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);	/* signals stay the app's */
+	err = pthread_create(&tid, &attr, shm_monitor_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	if (err) {
+		errno = err;
+		ferry_err("starting the shm monitor thread: %m");
+		goto err;
+	}
+	mon.pid = getpid();
+	return 0;
+err:
+	if (mon.epfd >= 0)
+		close(mon.epfd);
+	if (mon.kick_efd >= 0)
+		close(mon.kick_efd);
+	mon.epfd = mon.kick_efd = -1;
+	return -1;
+}
+
+int shm_monitor_kick_fd(void)
+{
+	int fd;
+
+	pthread_mutex_lock(&mon.lock);
+	fd = shm_monitor_start_locked() < 0 ? -1 : mon.kick_efd;
+	pthread_mutex_unlock(&mon.lock);
+	return fd;
+}
+
+static struct shm_watch *shm_watch_get_locked(struct shm_qp *qp)
+{
+	struct shm_watch *w = shm_watch_find(qp);
+
+	if (w)
+		return w;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->qp = qp;
+	w->next = mon.watches;
+	mon.watches = w;
+	return w;
+}
+
+static void shm_monitor_watch(struct shm_qp *qp)
+{
+	struct epoll_event ev = { .events = EPOLLRDHUP, .data.ptr = qp };
+
+	pthread_mutex_lock(&mon.lock);
+	if (shm_monitor_start_locked() == 0 && shm_watch_get_locked(qp) &&
+	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, qp->conn->sock, &ev) == 0)
+		qp->conn->watched = true;
+	else
+		ferry_warn("QP %u: cannot watch the peer for hang-up: %m", qp->qp.qp_num);
+	pthread_mutex_unlock(&mon.lock);
+}
+
+/* The WR at the head of @qp's SQ waits for a receive; sq_lock held. */
+void shm_monitor_rnr(struct shm_qp *qp)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&mon.lock);
+	if (shm_monitor_start_locked() == 0 && shm_watch_get_locked(qp))
+		qp->in_rnr_list = true;
+	pthread_mutex_unlock(&mon.lock);
+	/* Let the monitor recompute its sleep. */
+	if (write(mon.kick_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		ferry_warn("waking the shm monitor: %m");
+}
+
+/*
+ * shm_monitor_forget - the QP goes away or back to RESET: stop watching it
+ * and wait until the monitor no longer uses it.  Must be called without the
+ * QP's sq_lock (the monitor takes it while the QP is pinned).
+ */
+void shm_monitor_forget(struct shm_qp *qp)
+{
+	struct shm_watch **pp, *w;
+
+	pthread_mutex_lock(&mon.lock);
+	if (mon.pid != getpid()) {
+		pthread_mutex_unlock(&mon.lock);
+		return;
+	}
+	for (pp = &mon.watches; (w = *pp); pp = &w->next) {
+		if (w->qp != qp)
+			continue;
+		while (w->pins)
+			pthread_cond_wait(&mon.unpinned, &mon.lock);
+		if (qp->conn && qp->conn->watched) {
+			epoll_ctl(mon.epfd, EPOLL_CTL_DEL, qp->conn->sock, NULL);
+			qp->conn->watched = false;
+		}
+		*pp = w->next;
+		free(w);
+		break;
+	}
+	qp->in_rnr_list = false;
+	pthread_mutex_unlock(&mon.lock);
+}
+
+static void shm_monitor_hangup(struct shm_qp *qp)
+{
+	pthread_mutex_lock(&qp->sq_lock);
+	if (qp->conn && !qp->conn->dead) {
+		qp->conn->dead = true;
+		shm_qp_set_error(qp, "peer hung up");
+	}
+	pthread_mutex_unlock(&qp->sq_lock);
+}
+
+/* Retry the RNR-waiting QPs whose timer expired, or all when kicked. */
+static uint64_t shm_monitor_rnr_pass(bool kicked)
+{
+	struct shm_watch *w;
+	uint64_t now = shm_now_ns(), next = UINT64_MAX;
+
+	for (w = mon.watches; w; w = w->next) {
+		struct shm_qp *qp = w->qp;
+
+		if (!qp->in_rnr_list)
+			continue;
+		w->pins++;
+		pthread_mutex_unlock(&mon.lock);
+		pthread_mutex_lock(&qp->sq_lock);
+		if (qp->rnr_pending && (kicked || now >= qp->rnr_deadline_ns))
+			shm_sq_progress(qp);
+		bool still = qp->rnr_pending;
+		uint64_t deadline = qp->rnr_deadline_ns;
+		pthread_mutex_unlock(&qp->sq_lock);
+		pthread_mutex_lock(&mon.lock);
+		if (!still)
+			qp->in_rnr_list = false;
+		else if (deadline < next)
+			next = deadline;
+		if (--w->pins == 0)
+			pthread_cond_broadcast(&mon.unpinned);
+	}
+	return next;
+}
+
+static void *shm_monitor_main(void *arg)
+{
+	struct epoll_event evs[16];
+	uint64_t next = UINT64_MAX, count;
+	int n, i, timeout;
+
+	for (;;) {
+		bool kicked = false;
+
+		if (next == UINT64_MAX) {
+			timeout = -1;
+		} else {
+			uint64_t now = shm_now_ns();
+
+			timeout = next <= now ? 0 : (int)((next - now + 999999) / 1000000);
+		}
+		n = epoll_wait(mon.epfd, evs, 16, timeout);
+		pthread_mutex_lock(&mon.lock);
+		for (i = 0; i < n; i++) {
+			struct shm_qp *qp = evs[i].data.ptr;
+			struct shm_watch *w;
+
+			if (!qp) {
+				kicked = read(mon.kick_efd, &count, sizeof(count)) > 0 || kicked;
+				continue;
+			}
+			w = shm_watch_find(qp);
+			if (!w || !qp->conn || !qp->conn->watched)
+				continue;
+			epoll_ctl(mon.epfd, EPOLL_CTL_DEL, qp->conn->sock, NULL);
+			qp->conn->watched = false;
+			w->pins++;
+			pthread_mutex_unlock(&mon.lock);
+			shm_monitor_hangup(qp);
+			pthread_mutex_lock(&mon.lock);
+			if (--w->pins == 0)
+				pthread_cond_broadcast(&mon.unpinned);
+		}
+		next = shm_monitor_rnr_pass(kicked);
+		pthread_mutex_unlock(&mon.lock);
+	}
+	return arg;
+}

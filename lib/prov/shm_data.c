@@ -1,0 +1,775 @@
+/*
+ * shm_data.c - the shm data path: post_send executes work requests at once
+ * (one-sided copies, receive consumption, deliveries), post_recv publishes
+ * receives, shm_poll_recv turns the peer's deliveries into completions.
+ *
+ * Trust: the peer's MR table, region and notify word are read through
+ * read-only mappings and may change under us at any time, so each value is
+ * loaded once into a local, checked, and only the local is used.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "shm-internal.h"
+
+/* Internal verdicts of shm_execute beside the ferry_wc_status values. */
+#define SHM_EXEC_RNR		(-1)	/* no receive posted: wait and retry */
+
+/* A piece of memory: here (ptr) or in the peer, reached by process_vm (vaddr). */
+struct shm_seg {
+	uint8_t *ptr;
+	uint64_t vaddr;
+	uint64_t len;
+};
+
+/* --- where things are in a region --- */
+
+static inline uint8_t *shm_rq_entry(uint8_t *region, size_t stride, uint32_t size, uint64_t seq)
+{
+	return region + shm_region_head_size() + (seq & (size - 1)) * stride;
+}
+
+static inline struct shm_delivery *shm_dq_entry(uint8_t *region, size_t rq_bytes,
+						uint32_t dq_size, uint64_t seq)
+{
+	return (struct shm_delivery *)(region + shm_region_head_size() + rq_bytes) +
+	       (seq & (dq_size - 1));
+}
+
+/* --- copying --- */
+
+/*
+ * shm_copy - move bytes between local segments and target segments (mapped
+ * here, or in process @pid).  @to_target: local -> target, else the reverse.
+ * Returns 0, or an errno from process_vm_*.
+ */
+static int shm_copy(pid_t pid, const struct shm_seg *loc, int nloc,
+		    const struct shm_seg *tgt, int ntgt, bool to_target)
+{
+	int li = 0, ti;
+	uint64_t loff = 0;
+
+	for (ti = 0; ti < ntgt; ti++) {
+		uint64_t toff = 0;
+
+		while (toff < tgt[ti].len && li < nloc) {
+			struct iovec liov[SHM_MAX_SGE], riov;
+			int n = 0;
+			uint64_t chunk = 0;
+
+			/* Pieces of local memory that fill this target segment. */
+			while (li < nloc && toff + chunk < tgt[ti].len && n < (int)SHM_MAX_SGE) {
+				uint64_t take = loc[li].len - loff;
+
+				if (take > tgt[ti].len - toff - chunk)
+					take = tgt[ti].len - toff - chunk;
+				liov[n].iov_base = loc[li].ptr + loff;
+				liov[n++].iov_len = take;
+				chunk += take;
+				loff += take;
+				if (loff == loc[li].len) {
+					li++;
+					loff = 0;
+				}
+			}
+			if (tgt[ti].ptr) {
+				uint8_t *t = tgt[ti].ptr + toff;
+				int k;
+
+				for (k = 0; k < n; k++) {
+					if (to_target)
+						memcpy(t, liov[k].iov_base, liov[k].iov_len);
+					else
+						memcpy(liov[k].iov_base, t, liov[k].iov_len);
+					t += liov[k].iov_len;
+				}
+			} else if (chunk) {
+				ssize_t r;
+
+				riov.iov_base = (void *)(uintptr_t)(tgt[ti].vaddr + toff);
+				riov.iov_len = chunk;
+				r = to_target ? process_vm_writev(pid, liov, n, &riov, 1, 0)
+					      : process_vm_readv(pid, liov, n, &riov, 1, 0);
+				if (r != (ssize_t)chunk)
+					return r < 0 ? errno : EFAULT;
+			}
+			toff += chunk;
+		}
+	}
+	return 0;
+}
+
+/* --- keys --- */
+
+static enum ferry_wc_status shm_local_segs(struct shm_qp *qp, const struct shm_swqe *s,
+					   bool write, struct shm_seg *segs,
+					   uint64_t *total_p)
+{
+	struct shm_pd *spd = to_spd(qp->qp.pd);
+	uint64_t total = 0;
+	uint32_t i;
+
+	if (s->inline_len) {
+		segs[0] = (struct shm_seg){ .ptr = s->inline_data, .len = s->inline_len };
+		*total_p = s->inline_len;
+		return FERRY_WC_SUCCESS;
+	}
+	for (i = 0; i < s->num_sge; i++) {
+		const struct ferry_sge *g = &s->sge[i];
+		const struct shm_mr_entry *e;
+
+		segs[i] = (struct shm_seg){ .ptr = (uint8_t *)(uintptr_t)g->addr, .len = g->length };
+		total += g->length;
+		if (g->length == 0)
+			continue;
+		e = shm_mr_lookup_local(spd, g->lkey);
+		if (!e || g->addr < e->addr || g->addr - e->addr > e->length ||
+		    g->length > e->length - (g->addr - e->addr) ||
+		    (write && !(e->access & FERRY_ACCESS_LOCAL_WRITE)))
+			return FERRY_WC_LOC_PROT_ERR;
+	}
+	if (total > 0x80000000ull)
+		return FERRY_WC_LOC_LEN_ERR;
+	*total_p = total;
+	return FERRY_WC_SUCCESS;
+}
+
+/*
+ * shm_remote_resolve - check @rkey, bounds and @need access against the
+ * peer's MR table and say where [raddr, raddr+len) is.
+ */
+static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t rkey,
+					       uint64_t raddr, uint64_t len, uint32_t need,
+					       struct shm_seg *seg)
+{
+	const struct shm_mr_entry *table = conn->peer_table->addr, *e;
+	uint64_t addr, length, block_id, block_off, off;
+	uint32_t idx = SHM_KEY_INDEX(rkey), access;
+	struct shm_mapping *map;
+
+	if (idx == 0 || idx >= SHM_MR_TABLE_ENTRIES)
+		return FERRY_WC_REM_ACCESS_ERR;
+	e = &table[idx];
+	if (atomic_load_explicit(&e->rkey, memory_order_acquire) != rkey)
+		return FERRY_WC_REM_ACCESS_ERR;
+	access = __atomic_load_n(&e->access, __ATOMIC_RELAXED);
+	addr = __atomic_load_n(&e->addr, __ATOMIC_RELAXED);
+	length = __atomic_load_n(&e->length, __ATOMIC_RELAXED);
+	block_id = __atomic_load_n(&e->block_id, __ATOMIC_RELAXED);
+	block_off = __atomic_load_n(&e->block_offset, __ATOMIC_RELAXED);
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&e->rkey, memory_order_relaxed) != rkey)
+		return FERRY_WC_REM_ACCESS_ERR;	/* deregistered meanwhile */
+	if (raddr < addr || raddr - addr > length || len > length - (raddr - addr) ||
+	    (access & need) != need)
+		return FERRY_WC_REM_ACCESS_ERR;
+	seg->len = len;
+	if (!block_id) {
+		seg->ptr = NULL;
+		seg->vaddr = raddr;
+		return FERRY_WC_SUCCESS;
+	}
+	map = shm_conn_peer_block(conn, block_id);
+	off = block_off + (raddr - addr);
+	if (!map || off < block_off || off > map->size || len > map->size - off) {
+		ferry_info("rkey 0x%x: the peer's memory block %llu is not mapped here",
+			   rkey, (unsigned long long)block_id);
+		return FERRY_WC_REM_ACCESS_ERR;
+	}
+	seg->ptr = (uint8_t *)map->addr + off;
+	return FERRY_WC_SUCCESS;
+}
+
+/* --- the peer's receives --- */
+
+/* How many receives the peer has posted that we have not consumed; -1: bogus. */
+static int64_t shm_peer_recvs(struct shm_qp *qp, struct shm_conn *conn)
+{
+	const struct shm_region *pr = conn->peer_region->addr;
+	uint64_t prod = atomic_load_explicit(&pr->rq_prod, memory_order_acquire);
+	uint64_t avail = prod - qp->dq_seq;
+
+	return avail > conn->peer_rq_size ? -1 : (int64_t)avail;
+}
+
+/* Translate the peer's receive number qp->dq_seq into target segments. */
+static enum ferry_wc_status shm_peer_recv_segs(struct shm_qp *qp, struct shm_conn *conn,
+					       struct shm_seg *segs, int *nseg_p,
+					       uint64_t *cap_p)
+{
+	uint8_t *ent = shm_rq_entry(conn->peer_region->addr, conn->peer_rq_stride,
+				    conn->peer_rq_size, qp->dq_seq);
+	uint32_t count = __atomic_load_n((uint32_t *)ent, __ATOMIC_RELAXED), i;
+	const struct shm_rsge *rs = (const struct shm_rsge *)(ent + 8);
+	uint64_t cap = 0;
+
+	if (count > conn->peer_rq_sge)
+		return FERRY_WC_REM_OP_ERR;
+	for (i = 0; i < count; i++) {
+		struct shm_rsge g;
+		struct shm_mapping *map;
+
+		memcpy(&g, &rs[i], sizeof(g));
+		if (g.length > 0x80000000ull)
+			return FERRY_WC_REM_OP_ERR;
+		segs[i] = (struct shm_seg){ .vaddr = g.addr, .len = g.length };
+		cap += g.length;
+		if (!g.block_id || !g.length)
+			continue;
+		map = shm_conn_peer_block(conn, g.block_id);
+		if (!map || g.addr > map->size || g.length > map->size - g.addr)
+			return FERRY_WC_REM_OP_ERR;
+		segs[i].ptr = (uint8_t *)map->addr + g.addr;
+	}
+	*nseg_p = (int)count;
+	*cap_p = cap;
+	return FERRY_WC_SUCCESS;
+}
+
+/* Tell the peer's CQ, if it is armed for this kind of completion. */
+static void shm_notify_peer(struct shm_conn *conn, bool solicited_or_error)
+{
+	const struct shm_notify *n = conn->peer_notify->addr;
+	uint64_t w, one = 1;
+	uint32_t mode;
+
+	/* Pairs with the seq_cst store of ferry_req_notify_cq: either we see the
+	 * arm, or the peer's poll after arming sees our delivery. */
+	atomic_thread_fence(memory_order_seq_cst);
+	w = atomic_load_explicit(&n->word, memory_order_relaxed);
+	mode = SHM_NOTIFY_MODE(w);
+	if (mode == SHM_NOTIFY_NONE || SHM_NOTIFY_GEN(w) == conn->last_signalled_gen)
+		return;
+	if (mode == SHM_NOTIFY_SOLICITED && !solicited_or_error)
+		return;
+	conn->last_signalled_gen = SHM_NOTIFY_GEN(w);
+	if (write(conn->peer_cq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		ferry_debug("signalling the peer's CQ: %m");
+}
+
+/* Record that we consumed the peer's receive qp->dq_seq. */
+static void shm_deliver(struct shm_qp *qp, struct shm_conn *conn, uint32_t opcode,
+			uint32_t status, uint32_t byte_len, const struct shm_swqe *s)
+{
+	size_t rq_bytes = qp->rq_size * qp->rq_stride;
+	struct shm_delivery *d = shm_dq_entry((uint8_t *)qp->region, rq_bytes,
+					      conn->peer_rq_size, qp->dq_seq);
+	bool with_imm = s->opcode == FERRY_WR_SEND_WITH_IMM ||
+			s->opcode == FERRY_WR_RDMA_WRITE_WITH_IMM;
+	bool solicited = s->flags & FERRY_SEND_SOLICITED;
+
+	d->opcode = opcode;
+	d->status = status;
+	d->byte_len = byte_len;
+	d->imm_data = s->imm_data;
+	d->flags = (with_imm ? SHM_DELIVERY_IMM : 0) | (solicited ? SHM_DELIVERY_SOLICITED : 0);
+	atomic_store_explicit(&qp->region->dq_prod, ++qp->dq_seq, memory_order_release);
+	shm_notify_peer(conn, solicited || status != FERRY_WC_SUCCESS);
+}
+
+/* --- execution --- */
+
+static int shm_exec_send(struct shm_qp *qp, struct shm_conn *conn, const struct shm_swqe *s,
+			 const struct shm_seg *loc, int nloc, uint64_t total)
+{
+	struct shm_seg tgt[SHM_MAX_SGE];
+	uint64_t cap;
+	int ntgt, err;
+	enum ferry_wc_status st;
+
+	st = shm_peer_recv_segs(qp, conn, tgt, &ntgt, &cap);
+	if (st != FERRY_WC_SUCCESS)
+		return st;
+	if (total > cap) {
+		shm_deliver(qp, conn, FERRY_WC_RECV, FERRY_WC_LOC_LEN_ERR, 0, s);
+		return FERRY_WC_REM_INV_REQ_ERR;
+	}
+	err = shm_copy(conn->peer_pid, loc, nloc, tgt, ntgt, true);
+	if (err) {
+		ferry_info("QP %u: SEND into the peer's receive failed: %s",
+			   qp->qp.qp_num, strerror(err));
+		return err == ESRCH ? FERRY_WC_RETRY_EXC_ERR : FERRY_WC_REM_OP_ERR;
+	}
+	shm_deliver(qp, conn, FERRY_WC_RECV, FERRY_WC_SUCCESS, (uint32_t)total, s);
+	return FERRY_WC_SUCCESS;
+}
+
+static int shm_exec_rdma(struct shm_qp *qp, struct shm_conn *conn, const struct shm_swqe *s,
+			 const struct shm_seg *loc, int nloc, uint64_t total)
+{
+	bool read = s->opcode == FERRY_WR_RDMA_READ;
+	struct shm_seg tgt;
+	enum ferry_wc_status st;
+	int err;
+
+	if (total == 0)
+		return FERRY_WC_SUCCESS;	/* zero-length: no key check, as IB */
+	st = shm_remote_resolve(conn, s->rkey, s->remote_addr, total,
+				read ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE, &tgt);
+	if (st != FERRY_WC_SUCCESS)
+		return st;
+	err = shm_copy(conn->peer_pid, loc, nloc, &tgt, 1, !read);
+	if (err) {
+		ferry_info("QP %u: RDMA %s at 0x%llx in pid %d: %s", qp->qp.qp_num,
+			   read ? "READ" : "WRITE", (unsigned long long)s->remote_addr,
+			   (int)conn->peer_pid, strerror(err));
+		return err == ESRCH ? FERRY_WC_RETRY_EXC_ERR : FERRY_WC_REM_ACCESS_ERR;
+	}
+	return FERRY_WC_SUCCESS;
+}
+
+static int shm_exec_atomic(struct shm_qp *qp, struct shm_conn *conn, const struct shm_swqe *s,
+			   const struct shm_seg *loc, uint64_t total)
+{
+	struct shm_seg tgt;
+	enum ferry_wc_status st;
+	uint64_t old;
+
+	if (total != 8)
+		return FERRY_WC_LOC_LEN_ERR;
+	if (s->remote_addr & 7)
+		return FERRY_WC_REM_INV_REQ_ERR;
+	st = shm_remote_resolve(conn, s->rkey, s->remote_addr, 8, FERRY_ACCESS_REMOTE_ATOMIC, &tgt);
+	if (st != FERRY_WC_SUCCESS)
+		return st;
+	if (!tgt.ptr) {
+		ferry_info("QP %u: atomic target is not ferry_alloc memory: the shm "
+			   "transport cannot make it atomic", qp->qp.qp_num);
+		return FERRY_WC_REM_OP_ERR;
+	}
+	if (s->opcode == FERRY_WR_ATOMIC_FETCH_AND_ADD) {
+		old = __atomic_fetch_add((uint64_t *)tgt.ptr, s->compare_add, __ATOMIC_SEQ_CST);
+	} else {
+		old = s->compare_add;
+		__atomic_compare_exchange_n((uint64_t *)tgt.ptr, &old, s->swap, false,
+					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	}
+	memcpy(loc[0].ptr, &old, 8);
+	return FERRY_WC_SUCCESS;
+}
+
+/*
+ * shm_execute - carry out the WR at the head of the SQ.  Returns a
+ * ferry_wc_status, or SHM_EXEC_RNR when it needs a receive the peer has not
+ * posted yet (nothing was done then).
+ */
+static int shm_execute(struct shm_qp *qp, const struct shm_swqe *s, uint64_t *total_p)
+{
+	struct shm_conn *conn = qp->conn;
+	const struct shm_region *pr;
+	struct shm_seg loc[SHM_MAX_SGE];
+	bool atomic = s->opcode == FERRY_WR_ATOMIC_CMP_AND_SWP ||
+		      s->opcode == FERRY_WR_ATOMIC_FETCH_AND_ADD;
+	bool needs_recv = s->opcode == FERRY_WR_SEND || s->opcode == FERRY_WR_SEND_WITH_IMM ||
+			  s->opcode == FERRY_WR_RDMA_WRITE_WITH_IMM;
+	int nloc = s->inline_len ? 1 : (int)s->num_sge;
+	enum ferry_wc_status st;
+	int64_t avail;
+	int ret;
+
+	if (!conn || conn->dead)
+		return FERRY_WC_RETRY_EXC_ERR;
+	pr = conn->peer_region->addr;
+	if (atomic_load_explicit(&pr->in_error, memory_order_relaxed))
+		return FERRY_WC_RETRY_EXC_ERR;
+	st = shm_local_segs(qp, s, s->opcode == FERRY_WR_RDMA_READ || atomic, loc, total_p);
+	if (st != FERRY_WC_SUCCESS)
+		return st;
+	if (needs_recv) {
+		avail = shm_peer_recvs(qp, conn);
+		if (avail < 0)
+			return FERRY_WC_REM_OP_ERR;
+		if (avail == 0)
+			return SHM_EXEC_RNR;
+	}
+	switch (s->opcode) {
+	case FERRY_WR_SEND:
+	case FERRY_WR_SEND_WITH_IMM:
+		return shm_exec_send(qp, conn, s, loc, nloc, *total_p);
+	case FERRY_WR_RDMA_WRITE_WITH_IMM:
+		ret = shm_exec_rdma(qp, conn, s, loc, nloc, *total_p);
+		if (ret == FERRY_WC_SUCCESS)
+			shm_deliver(qp, conn, FERRY_WC_RECV_RDMA_WITH_IMM, FERRY_WC_SUCCESS,
+				    (uint32_t)*total_p, s);
+		return ret;
+	case FERRY_WR_RDMA_WRITE:
+	case FERRY_WR_RDMA_READ:
+		return shm_exec_rdma(qp, conn, s, loc, nloc, *total_p);
+	default:
+		return shm_exec_atomic(qp, conn, s, loc, *total_p);
+	}
+}
+
+static enum ferry_wc_opcode shm_wc_opcode(enum ferry_wr_opcode op)
+{
+	switch (op) {
+	case FERRY_WR_RDMA_WRITE:
+	case FERRY_WR_RDMA_WRITE_WITH_IMM:
+		return FERRY_WC_RDMA_WRITE;
+	case FERRY_WR_RDMA_READ:
+		return FERRY_WC_RDMA_READ;
+	case FERRY_WR_ATOMIC_CMP_AND_SWP:
+		return FERRY_WC_COMP_SWAP;
+	case FERRY_WR_ATOMIC_FETCH_AND_ADD:
+		return FERRY_WC_FETCH_ADD;
+	default:
+		return FERRY_WC_SEND;
+	}
+}
+
+void shm_sq_complete(struct shm_qp *qp, uint64_t seq, enum ferry_wc_status status,
+		     uint32_t byte_len)
+{
+	struct shm_swqe *s = shm_sq_slot(qp, seq);
+	struct shm_cq *scq = to_scq(qp->qp.send_cq);
+	struct shm_lwc c = { .qp = qp, .sq_seq = seq, .is_send = 1 };
+
+	c.wc.wr_id = s->wr_id;
+	c.wc.status = status;
+	c.wc.opcode = shm_wc_opcode(s->opcode);
+	c.wc.byte_len = byte_len;
+	c.wc.qp_num = qp->qp.qp_num;
+	c.wc.src_qp = qp->conn ? qp->conn->peer_qpn : 0;
+	pthread_mutex_lock(&scq->lock);
+	shm_cq_add_local(scq, &c);
+	pthread_mutex_unlock(&scq->lock);
+}
+
+/* The head WR found no receive; sq_lock held.  Returns true to keep waiting. */
+static bool shm_sq_rnr(struct shm_qp *qp)
+{
+	const struct shm_region *pr = qp->conn->peer_region->addr;
+	uint64_t now = shm_now_ns();
+
+	if (qp->rnr_pending && now < qp->rnr_deadline_ns)
+		return true;	/* woken early by some other receive: keep the timer */
+	if (qp->rnr_left == 0)
+		return false;
+	if (qp->rnr_retry != 7)
+		qp->rnr_left--;
+	qp->rnr_pending = true;
+	qp->rnr_deadline_ns = now + shm_rnr_delay_ns(atomic_load(&pr->min_rnr_timer));
+	atomic_store(&qp->region->rnr_wait, 1);
+	/* The receive may have come between our check and rnr_wait: the peer
+	 * kicks only if it sees rnr_wait, so look once more. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (shm_peer_recvs(qp, qp->conn) != 0)
+		qp->rnr_deadline_ns = now;
+	shm_monitor_rnr(qp);
+	return true;
+}
+
+/* Execute what the SQ holds, in order; sq_lock held. */
+void shm_sq_progress(struct shm_qp *qp)
+{
+	if (atomic_load_explicit(&qp->async_error, memory_order_relaxed))
+		shm_qp_set_error(qp, "the peer broke the protocol");
+	if (qp->qp.state == FERRY_QPS_ERR) {
+		shm_qp_flush_sq(qp);
+		return;
+	}
+	if (qp->qp.state != FERRY_QPS_RTS)
+		return;		/* SQD: hold new work */
+	while (qp->sq_exec < qp->sq_head) {
+		struct shm_swqe *s = shm_sq_slot(qp, qp->sq_exec);
+		uint64_t total = 0;
+		int st = shm_execute(qp, s, &total);
+
+		if (st == SHM_EXEC_RNR) {
+			if (shm_sq_rnr(qp))
+				return;
+			st = FERRY_WC_RNR_RETRY_EXC_ERR;
+		}
+		if (qp->rnr_pending) {
+			qp->rnr_pending = false;
+			atomic_store_explicit(&qp->region->rnr_wait, 0, memory_order_relaxed);
+		}
+		qp->rnr_left = qp->rnr_retry;
+		if (st != FERRY_WC_SUCCESS) {
+			shm_sq_complete(qp, qp->sq_exec++, st, 0);
+			shm_qp_set_error(qp, ferry_wc_status_str(st));
+			return;
+		}
+		if (qp->sq_sig_all || (s->flags & FERRY_SEND_SIGNALED))
+			shm_sq_complete(qp, qp->sq_exec, FERRY_WC_SUCCESS, (uint32_t)total);
+		qp->sq_exec++;
+	}
+}
+
+/* Copy one WR into the SQ; sq_lock held.  Returns 0 or an errno. */
+static int shm_sq_put(struct shm_qp *qp, const struct ferry_send_wr *wr)
+{
+	struct shm_swqe *s;
+	bool carries_data = wr->opcode <= FERRY_WR_SEND_WITH_IMM;
+	uint64_t total = 0;
+	int i;
+
+	if (qp->sq_head - atomic_load_explicit(&qp->sq_retired, memory_order_acquire) >=
+	    qp->cap.max_send_wr)
+		return ENOMEM;
+	if ((uint32_t)wr->num_sge > qp->cap.max_send_sge)
+		return EINVAL;
+	if ((wr->opcode == FERRY_WR_ATOMIC_CMP_AND_SWP ||
+	     wr->opcode == FERRY_WR_ATOMIC_FETCH_AND_ADD) && wr->num_sge != 1)
+		return EINVAL;
+	for (i = 0; i < wr->num_sge; i++)
+		total += wr->sg_list[i].length;
+	if ((wr->send_flags & FERRY_SEND_INLINE) && carries_data &&
+	    total > qp->cap.max_inline_data)
+		return EINVAL;
+
+	s = shm_sq_slot(qp, qp->sq_head);
+	s->wr_id = wr->wr_id;
+	s->opcode = wr->opcode;
+	s->flags = wr->send_flags;
+	s->imm_data = wr->imm_data;
+	s->num_sge = (uint32_t)wr->num_sge;
+	s->inline_len = 0;
+	if (wr->opcode >= FERRY_WR_ATOMIC_CMP_AND_SWP) {
+		s->remote_addr = wr->wr.atomic.remote_addr;
+		s->rkey = wr->wr.atomic.rkey;
+		s->compare_add = wr->wr.atomic.compare_add;
+		s->swap = wr->wr.atomic.swap;
+	} else {
+		s->remote_addr = wr->wr.rdma.remote_addr;
+		s->rkey = wr->wr.rdma.rkey;
+	}
+	if ((wr->send_flags & FERRY_SEND_INLINE) && carries_data && total) {
+		uint8_t *p = s->inline_data;
+
+		for (i = 0; i < wr->num_sge; i++) {
+			memcpy(p, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+			p += wr->sg_list[i].length;
+		}
+		s->inline_len = (uint32_t)total;
+	} else {
+		memcpy(s->sge, wr->sg_list, sizeof(*s->sge) * (size_t)wr->num_sge);
+	}
+	qp->sq_head++;
+	return 0;
+}
+
+int shm_post_send(struct ferry_qp *fqp, struct ferry_send_wr *wr, struct ferry_send_wr **bad)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+	enum ferry_qp_state state;
+	int err = 0;
+
+	pthread_mutex_lock(&qp->sq_lock);
+	state = qp->qp.state;
+	if (state == FERRY_QPS_RESET || state == FERRY_QPS_INIT || state == FERRY_QPS_RTR) {
+		err = EINVAL;
+	} else {
+		for (; wr; wr = wr->next) {
+			err = shm_sq_put(qp, wr);
+			if (err)
+				break;
+		}
+		if (!qp->rnr_pending)
+			shm_sq_progress(qp);
+	}
+	pthread_mutex_unlock(&qp->sq_lock);
+	if (err) {
+		*bad = wr;
+		return ERR(err);
+	}
+	return 0;
+}
+
+/* --- receives --- */
+
+/* Write receive @seq's translated SGEs into the region; rq_lock held. */
+static void shm_rq_write_entry(struct shm_qp *qp, uint64_t seq)
+{
+	uint32_t slot = (uint32_t)(seq & (qp->rq_size - 1));
+	uint8_t *ent = shm_rq_entry((uint8_t *)qp->region, qp->rq_stride, qp->rq_size, seq);
+	uint32_t n = qp->rq[slot].num_sge;
+
+	*(uint32_t *)ent = n;
+	memcpy(ent + 8, &qp->rq_pending[(size_t)slot * qp->cap.max_recv_sge],
+	       n * sizeof(struct shm_rsge));
+}
+
+/* Publish the receives posted before the region existed; rq_lock held. */
+void shm_rq_publish(struct shm_qp *qp)
+{
+	uint64_t seq;
+
+	for (seq = qp->rq_cons; seq < qp->rq_prod; seq++)
+		shm_rq_write_entry(qp, seq);
+	atomic_store_explicit(&qp->region->rq_prod, qp->rq_prod, memory_order_release);
+}
+
+/* Check and translate one receive WR into slot rq_prod; rq_lock held. */
+static int shm_rq_put(struct shm_qp *qp, const struct ferry_recv_wr *wr)
+{
+	struct shm_pd *spd = to_spd(qp->qp.pd);
+	uint32_t slot = (uint32_t)(qp->rq_prod & (qp->rq_size - 1));
+	struct shm_rsge *rs = &qp->rq_pending[(size_t)slot * qp->cap.max_recv_sge];
+	uint64_t total = 0;
+	int i;
+
+	if (qp->rq_prod - qp->rq_cons >= qp->cap.max_recv_wr)
+		return ENOMEM;
+	if ((uint32_t)wr->num_sge > qp->cap.max_recv_sge)
+		return EINVAL;
+	for (i = 0; i < wr->num_sge; i++) {
+		const struct ferry_sge *g = &wr->sg_list[i];
+		const struct shm_mr_entry *e = NULL;
+
+		if (g->length) {
+			e = shm_mr_lookup_local(spd, g->lkey);
+			if (!e || g->addr < e->addr || g->addr - e->addr > e->length ||
+			    g->length > e->length - (g->addr - e->addr) ||
+			    !(e->access & FERRY_ACCESS_LOCAL_WRITE))
+				return EINVAL;
+		}
+		if (e && e->block_id)
+			rs[i] = (struct shm_rsge){ e->block_id,
+						   e->block_offset + (g->addr - e->addr), g->length };
+		else
+			rs[i] = (struct shm_rsge){ 0, g->addr, g->length };
+		total += g->length;
+	}
+	qp->rq[slot] = (struct shm_rwqe){ wr->wr_id, total, (uint32_t)wr->num_sge };
+	if (qp->region)
+		shm_rq_write_entry(qp, qp->rq_prod);
+	qp->rq_prod++;
+	return 0;
+}
+
+int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_recv_wr **bad)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+	enum ferry_qp_state state;
+	uint64_t one = 1;
+	int err = 0;
+
+	pthread_mutex_lock(&qp->rq_lock);
+	state = __atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE);
+	if (state == FERRY_QPS_RESET) {
+		err = EINVAL;
+	} else {
+		for (; wr; wr = wr->next) {
+			err = shm_rq_put(qp, wr);
+			if (err)
+				break;
+		}
+	}
+	if (qp->region) {
+		struct shm_conn *conn = qp->conn;
+
+		atomic_store_explicit(&qp->region->rq_prod, qp->rq_prod, memory_order_release);
+		/* A sender waiting for a receive sleeps until kicked: pairs with
+		 * the fence in shm_sq_rnr. */
+		atomic_thread_fence(memory_order_seq_cst);
+		if (conn && atomic_load_explicit(&((struct shm_region *)conn->peer_region->addr)
+						 ->rnr_wait, memory_order_relaxed) &&
+		    write(conn->peer_kick_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			ferry_debug("kicking the peer's monitor: %m");
+	}
+	pthread_mutex_unlock(&qp->rq_lock);
+	if (state == FERRY_QPS_ERR) {
+		struct shm_cq *rcq = to_scq(fqp->recv_cq);
+
+		/* Posted to a QP in error: the poller flushes it; wake a sleeper. */
+		pthread_mutex_lock(&rcq->lock);
+		shm_cq_signal_local(rcq, true);
+		pthread_mutex_unlock(&rcq->lock);
+	}
+	if (err) {
+		*bad = wr;
+		return ERR(err);
+	}
+	return 0;
+}
+
+/* The peer broke the protocol on the receive side: fail the connection. */
+static void shm_rq_fatal(struct shm_qp *qp, const char *why)
+{
+	if (!atomic_exchange(&qp->async_error, true))
+		ferry_warn("QP %u: %s: moving to ERR", qp->qp.qp_num, why);
+	__atomic_store_n(&qp->qp.state, FERRY_QPS_ERR, __ATOMIC_RELEASE);
+	if (qp->region)
+		atomic_store(&qp->region->in_error, 1);
+}
+
+static bool shm_delivery_ok(const struct shm_delivery *d, const struct shm_rwqe *r)
+{
+	if (d->status != FERRY_WC_SUCCESS && d->status != FERRY_WC_LOC_LEN_ERR)
+		return false;
+	if (d->opcode == FERRY_WC_RECV)
+		return d->status != FERRY_WC_SUCCESS || d->byte_len <= r->total_len;
+	return d->opcode == FERRY_WC_RECV_RDMA_WITH_IMM && d->status == FERRY_WC_SUCCESS &&
+	       d->byte_len <= 0x80000000u;
+}
+
+/*
+ * shm_poll_recv - completions for up to @n of @qp's receives: those the peer
+ * consumed, then, if the QP is in error, flushes.  Called with the recv CQ's
+ * lock held; takes rq_lock.
+ */
+int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
+{
+	struct shm_conn *conn;
+	int got = 0;
+
+	pthread_mutex_lock(&qp->rq_lock);
+	conn = qp->conn;
+	if (conn && qp->rq_cons != qp->rq_prod) {
+		const struct shm_region *pr = conn->peer_region->addr;
+		uint64_t prod = atomic_load_explicit(&pr->dq_prod, memory_order_acquire);
+		size_t rq_bytes = (size_t)conn->peer_rq_size * conn->peer_rq_stride;
+
+		if (prod - qp->rq_cons > qp->rq_prod - qp->rq_cons) {
+			shm_rq_fatal(qp, "peer claims more deliveries than receives posted");
+			prod = qp->rq_cons;
+		}
+		while (got < n && qp->rq_cons != prod) {
+			uint32_t slot = (uint32_t)(qp->rq_cons & (qp->rq_size - 1));
+			const struct shm_rwqe *r = &qp->rq[slot];
+			struct shm_delivery d;
+			struct ferry_wc *w = &wc[got];
+
+			memcpy(&d, shm_dq_entry(conn->peer_region->addr, rq_bytes, qp->rq_size,
+						qp->rq_cons), sizeof(d));
+			if (!shm_delivery_ok(&d, r)) {
+				shm_rq_fatal(qp, "peer wrote a malformed delivery");
+				break;
+			}
+			memset(w, 0, sizeof(*w));
+			w->wr_id = r->wr_id;
+			w->status = d.status;
+			w->opcode = d.opcode;
+			w->byte_len = d.byte_len;
+			w->qp_num = qp->qp.qp_num;
+			w->src_qp = conn->peer_qpn;
+			if (d.flags & SHM_DELIVERY_IMM) {
+				w->imm_data = d.imm_data;
+				w->wc_flags = FERRY_WC_WITH_IMM;
+			}
+			qp->rq_cons++;
+			got++;
+		}
+	}
+	if (__atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR ||
+	    (conn && conn->dead)) {
+		while (got < n && qp->rq_cons != qp->rq_prod) {
+			struct ferry_wc *w = &wc[got++];
+
+			memset(w, 0, sizeof(*w));
+			w->wr_id = qp->rq[qp->rq_cons & (qp->rq_size - 1)].wr_id;
+			w->status = FERRY_WC_WR_FLUSH_ERR;
+			w->opcode = FERRY_WC_RECV;
+			w->qp_num = qp->qp.qp_num;
+			qp->rq_cons++;
+		}
+	}
+	pthread_mutex_unlock(&qp->rq_lock);
+	return got;
+}

@@ -1,0 +1,342 @@
+/*
+ * shm_qp.c - queue pair objects of the shm provider and their state machine.
+ *
+ * Locking: sq_lock guards the send queue, the connection and every state
+ * change; rq_lock guards the receive queue.  Order: a CQ's lock before
+ * rq_lock (poll), sq_lock before a CQ's lock (send completions), and never
+ * rq_lock before a CQ's lock.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "shm-internal.h"
+
+static pthread_mutex_t qpn_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t next_qpn = 0x11;
+
+static uint32_t pow2_at_least(uint32_t n)
+{
+	uint32_t p = 1;
+
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+static bool shm_cap_ok(const struct ferry_qp_cap *cap)
+{
+	return cap->max_send_wr <= SHM_MAX_QP_WR && cap->max_recv_wr <= SHM_MAX_QP_WR &&
+	       cap->max_send_sge <= SHM_MAX_SGE && cap->max_recv_sge <= SHM_MAX_SGE &&
+	       cap->max_inline_data <= SHM_MAX_INLINE;
+}
+
+struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *attr)
+{
+	struct shm_qp *qp;
+	uint32_t i;
+
+	if (!shm_cap_ok(&attr->cap)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return NULL;
+	qp->cap = attr->cap;
+	if (qp->cap.max_send_sge == 0)
+		qp->cap.max_send_sge = 1;
+	if (qp->cap.max_recv_sge == 0)
+		qp->cap.max_recv_sge = 1;
+	qp->sq_sig_all = attr->sq_sig_all;
+	qp->sq_size = pow2_at_least(attr->cap.max_send_wr ? attr->cap.max_send_wr : 1);
+	qp->rq_size = pow2_at_least(attr->cap.max_recv_wr ? attr->cap.max_recv_wr : 1);
+	qp->sq_stride = sizeof(struct shm_swqe) +
+			qp->cap.max_send_sge * sizeof(struct ferry_sge) +
+			((qp->cap.max_inline_data + 7) & ~7u);
+	qp->sq_stride = (qp->sq_stride + 63) & ~(size_t)63;
+	qp->sq = calloc(qp->sq_size, qp->sq_stride);
+	qp->rq = calloc(qp->rq_size, sizeof(*qp->rq));
+	qp->rq_pending = calloc((size_t)qp->rq_size * qp->cap.max_recv_sge,
+				sizeof(*qp->rq_pending));
+	if (!qp->sq || !qp->rq || !qp->rq_pending)
+		goto err_free;
+	for (i = 0; i < qp->sq_size; i++) {
+		struct shm_swqe *s = shm_sq_slot(qp, i);
+
+		s->sge = (struct ferry_sge *)(s + 1);
+		s->inline_data = (uint8_t *)(s->sge + qp->cap.max_send_sge);
+	}
+	qp->region_fd = -1;
+	pthread_mutex_init(&qp->sq_lock, NULL);
+	pthread_mutex_init(&qp->rq_lock, NULL);
+
+	pthread_mutex_lock(&qpn_lock);
+	qp->qp.qp_num = next_qpn++ & 0xffffff;
+	pthread_mutex_unlock(&qpn_lock);
+	qp->qp.context = pd->context;
+	qp->qp.qp_context = attr->qp_context;
+	qp->qp.pd = pd;
+	qp->qp.send_cq = attr->send_cq;
+	qp->qp.recv_cq = attr->recv_cq;
+	qp->qp.handle = qp->qp.qp_num;
+	qp->qp.state = FERRY_QPS_RESET;
+	qp->qp.qp_type = FERRY_QPT_RC;
+
+	pthread_mutex_lock(&to_scq(attr->send_cq)->lock);
+	to_scq(attr->send_cq)->nqps++;
+	pthread_mutex_unlock(&to_scq(attr->send_cq)->lock);
+	pthread_mutex_lock(&to_scq(attr->recv_cq)->lock);
+	to_scq(attr->recv_cq)->nqps++;
+	pthread_mutex_unlock(&to_scq(attr->recv_cq)->lock);
+	shm_cq_attach_recv(to_scq(attr->recv_cq), qp);
+	shm_pd_add_qp(to_spd(pd), qp);
+	return &qp->qp;
+
+err_free:
+	free(qp->sq);
+	free(qp->rq);
+	free(qp->rq_pending);
+	free(qp);
+	errno = ENOMEM;
+	return NULL;
+}
+
+/* Flush every WR posted but not executed; sq_lock held, QP in ERR. */
+void shm_qp_flush_sq(struct shm_qp *qp)
+{
+	while (qp->sq_exec < qp->sq_head)
+		shm_sq_complete(qp, qp->sq_exec++, FERRY_WC_WR_FLUSH_ERR, 0);
+	qp->rnr_pending = false;
+}
+
+/*
+ * shm_qp_set_error - move to ERR: flush the send queue now; the receive
+ * queue is flushed by the poller (shm_poll_recv), so wake it if it sleeps.
+ * sq_lock held.
+ */
+void shm_qp_set_error(struct shm_qp *qp, const char *why)
+{
+	struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
+
+	if (qp->qp.state == FERRY_QPS_ERR) {
+		shm_qp_flush_sq(qp);
+		return;
+	}
+	if (why)
+		ferry_info("QP %u: to ERR: %s", qp->qp.qp_num, why);
+	__atomic_store_n(&qp->qp.state, FERRY_QPS_ERR, __ATOMIC_RELEASE);
+	if (qp->region)
+		atomic_store(&qp->region->in_error, 1);
+	shm_qp_flush_sq(qp);
+	pthread_mutex_lock(&rcq->lock);
+	shm_cq_signal_local(rcq, true);
+	pthread_mutex_unlock(&rcq->lock);
+}
+
+static void shm_qp_apply_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, int mask)
+{
+	if (mask & FERRY_QP_ACCESS_FLAGS)
+		qp->access = a->qp_access_flags;
+	if (mask & FERRY_QP_PKEY_INDEX)
+		qp->pkey_index = a->pkey_index;
+	if (mask & FERRY_QP_PORT)
+		qp->port_num = a->port_num;
+	if (mask & FERRY_QP_PATH_MTU)
+		qp->path_mtu = a->path_mtu;
+	if (mask & FERRY_QP_DEST_QPN)
+		qp->dest_qp_num = a->dest_qp_num;
+	if (mask & FERRY_QP_RQ_PSN)
+		qp->rq_psn = a->rq_psn;
+	if (mask & FERRY_QP_SQ_PSN)
+		qp->sq_psn = a->sq_psn;
+	if (mask & FERRY_QP_MAX_DEST_RD_ATOMIC)
+		qp->max_dest_rd_atomic = a->max_dest_rd_atomic;
+	if (mask & FERRY_QP_MAX_QP_RD_ATOMIC)
+		qp->max_rd_atomic = a->max_rd_atomic;
+	if (mask & FERRY_QP_TIMEOUT)
+		qp->timeout = a->timeout;
+	if (mask & FERRY_QP_RETRY_CNT)
+		qp->retry_cnt = a->retry_cnt;
+	if (mask & FERRY_QP_RNR_RETRY)
+		qp->rnr_retry = a->rnr_retry;
+	if (mask & FERRY_QP_MIN_RNR_TIMER) {
+		qp->min_rnr_timer = a->min_rnr_timer & 31;
+		if (qp->region)
+			atomic_store(&qp->region->min_rnr_timer, qp->min_rnr_timer);
+	}
+}
+
+/* Check attribute values the state machine table cannot. */
+static int shm_qp_check_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, int mask,
+			     enum ferry_qp_state next)
+{
+	if ((mask & FERRY_QP_PORT) && a->port_num != 1)
+		return EINVAL;
+	if ((mask & FERRY_QP_CAP) && !shm_cap_ok(&a->cap))
+		return EINVAL;
+	if ((mask & FERRY_QP_RETRY_CNT) && a->retry_cnt > 7)
+		return EINVAL;
+	if ((mask & FERRY_QP_RNR_RETRY) && a->rnr_retry > 7)
+		return EINVAL;
+	if (next == FERRY_QPS_RTR && qp->qp.state == FERRY_QPS_INIT) {
+		if (!qp->conn) {
+			ferry_info("QP %u: RTR needs a peer: call ferry_qp_exchange first",
+				   qp->qp.qp_num);
+			return ENOTCONN;
+		}
+		if (a->dest_qp_num != qp->conn->peer_qpn) {
+			ferry_info("QP %u: dest_qp_num %u, but the peer is QP %u",
+				   qp->qp.qp_num, a->dest_qp_num, qp->conn->peer_qpn);
+			return EINVAL;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Back to RESET: forget everything posted and drop the connection.  sq_lock
+ * held; the caller has already called shm_monitor_forget (without the lock).
+ */
+static void shm_qp_reset(struct shm_qp *qp)
+{
+	pthread_mutex_lock(&qp->rq_lock);
+	qp->rq_prod = qp->rq_cons = 0;
+	pthread_mutex_unlock(&qp->rq_lock);
+	qp->sq_head = qp->sq_exec = 0;
+	atomic_store(&qp->sq_retired, 0);
+	qp->rnr_pending = false;
+	if (qp->conn) {
+		pthread_mutex_lock(&qp->rq_lock);	/* shm_poll_recv reads it */
+		shm_conn_destroy(qp->conn);
+		qp->conn = NULL;
+		pthread_mutex_unlock(&qp->rq_lock);
+	}
+	if (qp->region) {
+		munmap(qp->region, qp->region_size);
+		close(qp->region_fd);
+		qp->region = NULL;
+		qp->region_fd = -1;
+	}
+}
+
+int shm_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+	enum ferry_qp_state cur, next;
+	int err;
+
+	if ((mask & FERRY_QP_STATE) && attr->qp_state == FERRY_QPS_RESET)
+		shm_monitor_forget(qp);	/* may wait for the monitor: no lock held */
+	pthread_mutex_lock(&qp->sq_lock);
+	cur = qp->qp.state;
+	if (!ferry_qp_next_state(cur, attr, mask, &next) ||
+	    !ferry_qp_transition_ok(cur, next, mask)) {
+		pthread_mutex_unlock(&qp->sq_lock);
+		return ERR(EINVAL);
+	}
+	err = shm_qp_check_attr(qp, attr, mask, next);
+	if (err) {
+		pthread_mutex_unlock(&qp->sq_lock);
+		return ERR(err);
+	}
+	shm_qp_apply_attr(qp, attr, mask);
+	if (next == FERRY_QPS_ERR) {
+		shm_qp_set_error(qp, NULL);
+	} else if (next == FERRY_QPS_RESET) {
+		if (cur != FERRY_QPS_RESET && qp->sq_exec < qp->sq_head)
+			qp->sq_exec = qp->sq_head;	/* RESET drops, no completions */
+		shm_qp_reset(qp);
+		__atomic_store_n(&qp->qp.state, next, __ATOMIC_RELEASE);
+	} else {
+		if (next == FERRY_QPS_RTS && cur != FERRY_QPS_RTS)
+			qp->rnr_left = qp->rnr_retry;
+		__atomic_store_n(&qp->qp.state, next, __ATOMIC_RELEASE);
+		if (next == FERRY_QPS_RTS)
+			shm_sq_progress(qp);	/* SQD -> RTS resumes */
+	}
+	pthread_mutex_unlock(&qp->sq_lock);
+	return 0;
+}
+
+int shm_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
+		 struct ferry_qp_init_attr *init)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+
+	memset(a, 0, sizeof(*a));
+	pthread_mutex_lock(&qp->sq_lock);
+	a->qp_state = a->cur_qp_state = qp->qp.state;
+	a->path_mtu = qp->path_mtu;
+	a->rq_psn = qp->rq_psn;
+	a->sq_psn = qp->sq_psn;
+	a->dest_qp_num = qp->dest_qp_num;
+	a->qp_access_flags = qp->access;
+	a->cap = qp->cap;
+	a->pkey_index = qp->pkey_index;
+	a->sq_draining = 0;	/* execution is synchronous: SQD is drained at once */
+	a->max_rd_atomic = qp->max_rd_atomic;
+	a->max_dest_rd_atomic = qp->max_dest_rd_atomic;
+	a->min_rnr_timer = qp->min_rnr_timer;
+	a->port_num = qp->port_num;
+	a->ah_attr.port_num = qp->port_num;
+	a->timeout = qp->timeout;
+	a->retry_cnt = qp->retry_cnt;
+	a->rnr_retry = qp->rnr_retry;
+	pthread_mutex_unlock(&qp->sq_lock);
+
+	memset(init, 0, sizeof(*init));
+	init->qp_context = fqp->qp_context;
+	init->send_cq = fqp->send_cq;
+	init->recv_cq = fqp->recv_cq;
+	init->cap = qp->cap;
+	init->qp_type = FERRY_QPT_RC;
+	init->sq_sig_all = qp->sq_sig_all;
+	return 0;
+}
+
+int shm_destroy_qp(struct ferry_qp *fqp)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+	struct shm_cq *scq = to_scq(fqp->send_cq), *rcq = to_scq(fqp->recv_cq);
+
+	shm_monitor_forget(qp);
+	shm_pd_remove_qp(to_spd(fqp->pd), qp);
+	shm_cq_detach_recv(rcq, qp);
+	if (scq != rcq)
+		shm_cq_detach_recv(scq, qp);	/* drops its local completions */
+	pthread_mutex_lock(&qp->sq_lock);
+	shm_qp_reset(qp);
+	pthread_mutex_unlock(&qp->sq_lock);
+
+	pthread_mutex_lock(&scq->lock);
+	scq->nqps--;
+	pthread_mutex_unlock(&scq->lock);
+	pthread_mutex_lock(&rcq->lock);
+	rcq->nqps--;
+	pthread_mutex_unlock(&rcq->lock);
+
+	pthread_mutex_destroy(&qp->sq_lock);
+	pthread_mutex_destroy(&qp->rq_lock);
+	free(qp->sq);
+	free(qp->rq);
+	free(qp->rq_pending);
+	free(qp);
+	return 0;
+}
+
+int shm_qp_test_region(struct ferry_qp *fqp, void **addr_p, size_t *len_p)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+
+	if (!qp->region)
+		return ERR(ENOTCONN);
+	*addr_p = qp->region;
+	*len_p = qp->region_size;
+	return 0;
+}
