@@ -1,0 +1,243 @@
+/*
+ * perf.h - what the pieces of ferry-perf share: options, the control
+ * protocol between the two processes, results, and the entry points of each
+ * transport (perf_verbs.c, perf_tcp.c, perf_yardstick.c) and of the report
+ * (perf_report.c).
+ *
+ * Roles: the client drives (chooses every test, measures, prints); the
+ * server answers.  Both run in the same order under the control socket, one
+ * test ("row") at a time: TEST -> READY -> run -> FINISH -> DONE.
+ */
+#ifndef FERRY_PERF_H
+#define FERRY_PERF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define PERF_PROG "ferry-perf"
+#define PERF_MAX_SIZES 32
+#define PERF_MIN_SIZE 8
+#define PERF_MAX_SIZE (4u << 20)
+
+enum perf_test {
+	PERF_TEST_LAT,		/* ping-pong round trip */
+	PERF_TEST_BW,		/* one-way stream with a window */
+	PERF_TEST_COUNT
+};
+
+enum perf_op {
+	PERF_OP_WRITE,		/* RDMA WRITE; latency: peer spins on last byte */
+	PERF_OP_WRITE_IMM,	/* RDMA WRITE with immediate: recv completion */
+	PERF_OP_READ,		/* RDMA READ */
+	PERF_OP_SEND,		/* SEND / RECV (tcp: send / recv) */
+	PERF_OP_FADD,		/* atomic fetch-and-add */
+	PERF_OP_CAS,		/* atomic compare-and-swap */
+	PERF_OP_COPY,		/* memcpy yardstick */
+	PERF_OP_COUNT
+};
+
+enum perf_transport {
+	PERF_TR_FERRY,		/* ferry's shm provider */
+	PERF_TR_TCP,		/* kernel TCP loopback */
+	PERF_TR_BARE,		/* two processes, one shared mapping */
+	PERF_TR_MEMCPY,		/* memcpy in one process */
+	PERF_TR_COUNT
+};
+
+enum perf_mode {
+	PERF_MODE_BUSY,		/* spin on the CQ / flag */
+	PERF_MODE_BLOCK,	/* sleep: completion channel, blocking syscalls */
+	PERF_MODE_COUNT
+};
+
+enum perf_role {
+	PERF_ROLE_LOCAL,
+	PERF_ROLE_SERVER,
+	PERF_ROLE_CLIENT,
+};
+
+/* Everything the command line sets. */
+struct perf_opts {
+	enum perf_role role;
+	bool role_given;
+	const char *name;		/* abstract AF_UNIX name */
+	size_t sizes[PERF_MAX_SIZES];
+	int nsizes;			/* 0: 64 B for lat, 64 KiB for bw */
+	unsigned int tests;		/* 1 << enum perf_test */
+	unsigned int ops;		/* 1 << enum perf_op */
+	unsigned int transports;	/* 1 << enum perf_transport; 0: default */
+	unsigned int modes;		/* 1 << enum perf_mode; 0: default */
+	long iters;			/* latency iterations per row */
+	long warmup;			/* -1: automatic */
+	uint64_t bw_bytes;		/* bandwidth: stop after this many bytes */
+	double bw_seconds;		/* ... or after this long */
+	int sq_depth;			/* send queue depth = bandwidth window */
+	int signal_every;		/* 0: sq_depth / 8 */
+	int inline_max;			/* requested max_inline_data */
+	int cpus[2];			/* --local: client, server; -1: auto */
+	int cpu_self;			/* -s/-c: pin self; -1: no */
+	bool no_pin;
+	int timeout;			/* seconds a row may take before abort */
+	bool json;
+};
+
+/* Control messages (SOCK_SEQPACKET: one message per send). */
+enum perf_msg_type {
+	PERF_MSG_HELLO = 0x46505231,	/* client -> server: session config */
+	PERF_MSG_INFO,			/* both ways: addresses, keys, port */
+	PERF_MSG_TEST,			/* client -> server: run this row */
+	PERF_MSG_READY,			/* server -> client */
+	PERF_MSG_FINISH,		/* client -> server: my side is done */
+	PERF_MSG_DONE,			/* server -> client: value = bytes seen */
+	PERF_MSG_BYE,			/* client -> server: end of session */
+};
+
+struct perf_msg {
+	uint32_t type;
+	uint32_t test;
+	uint32_t op;
+	uint32_t transport;
+	uint32_t mode;
+	uint32_t transports;		/* HELLO: mask of transports in use */
+	uint32_t sq_depth;		/* HELLO */
+	uint32_t signal_every;		/* HELLO */
+	uint32_t inline_max;		/* HELLO */
+	uint32_t rkey;			/* INFO: rkey of the target buffer */
+	uint32_t atomic_rkey;		/* INFO */
+	uint32_t tcp_port;		/* INFO (server) */
+	uint64_t size;			/* HELLO: buffer size; TEST: msg size */
+	uint64_t iters;			/* TEST: measured + warm-up iterations */
+	uint64_t value;			/* DONE: bytes or messages seen */
+	uint64_t addr;			/* INFO: target buffer */
+	uint64_t atomic_addr;		/* INFO: atomic target word */
+	uint64_t bytes;			/* TEST (bw): byte budget */
+	double seconds;			/* TEST (bw): time budget */
+};
+
+/* One row of the report. */
+struct perf_result {
+	enum perf_test test;
+	enum perf_op op;
+	enum perf_transport transport;
+	enum perf_mode mode;
+	size_t size;
+	uint64_t iters;			/* measured iterations or messages */
+	double min_us, p50_us, p99_us;	/* lat */
+	double gbit_s, mmsg_s, seconds;	/* bw */
+	uint64_t bytes;			/* bw */
+};
+
+/* A row the client asks for. */
+struct perf_row {
+	enum perf_test test;
+	enum perf_op op;
+	enum perf_transport transport;
+	enum perf_mode mode;
+	size_t size;
+	uint64_t iters;			/* lat: measured iterations */
+	uint64_t warmup;		/* lat */
+	uint64_t bytes;			/* bw */
+	double seconds;			/* bw */
+};
+
+/* --- perf_util.c: time, control messages, errors, pinning --- */
+
+/* CLOCK_MONOTONIC in nanoseconds (vDSO: no syscall). */
+static inline uint64_t perf_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+extern const char *perf_role_name;	/* "client" / "server" in messages */
+extern volatile int perf_child_pid;	/* --local: killed when we die */
+
+__attribute__((noreturn, format(printf, 1, 2)))
+void perf_die(const char *fmt, ...);
+__attribute__((noreturn))
+void perf_die_errno(const char *call);
+void perf_peer_check(int ctrl_fd);
+
+/* Call on every empty turn of a busy loop: looks at the peer now and then. */
+static inline void perf_spin_check(int ctrl_fd, unsigned long *spins)
+{
+	if ((++*spins & 0x3ffff) == 0)
+		perf_peer_check(ctrl_fd);
+}
+
+void perf_msg_send(int fd, const struct perf_msg *msg, int pass_fd);
+void perf_msg_recv(int fd, struct perf_msg *msg, uint32_t type, int *fd_p);
+
+void perf_watchdog_arm(int seconds, const char *what);
+void perf_watchdog_disarm(void);
+
+int perf_cpus_allowed(int *cpus, int max);
+void perf_pin_self(int cpu);
+
+const char *perf_test_name(enum perf_test test);
+const char *perf_op_name(enum perf_op op);
+const char *perf_transport_name(enum perf_transport tr);
+const char *perf_mode_name(enum perf_mode mode);
+void perf_format_size(char *buf, size_t len, size_t size);
+
+/* --- perf_session.c: the two sides of one session --- */
+
+int perf_session_server(const struct perf_opts *opts, int ctrl_fd,
+			int ferry_fd);
+int perf_session_client(const struct perf_opts *opts, int ctrl_fd,
+			int ferry_fd, const struct perf_row *rows, int nrows,
+			unsigned int transports);
+
+/* --- perf_report.c --- */
+
+void perf_lat_stats(uint64_t *ns, size_t n, struct perf_result *res);
+void perf_bw_result(struct perf_result *res, uint64_t bytes, uint64_t msgs,
+		    uint64_t elapsed_ns);
+void perf_report_begin(bool json, const char *banner, const char *cpus);
+void perf_report_row(const struct perf_result *res);
+void perf_report_ratios(void);
+
+/* --- perf_verbs.c: the ferry transport --- */
+
+struct perf_ferry;
+
+struct perf_ferry *perf_ferry_open(size_t buf_size, int sq_depth,
+				   int signal_every, int inline_max,
+				   int ctrl_fd);
+void perf_ferry_connect(struct perf_ferry *pf, int sock);
+void perf_ferry_local_info(struct perf_ferry *pf, struct perf_msg *msg);
+void perf_ferry_set_peer(struct perf_ferry *pf, const struct perf_msg *msg);
+void *perf_ferry_buffers(struct perf_ferry *pf, void **rbuf_p);
+void perf_ferry_prepare(struct perf_ferry *pf, const struct perf_row *row);
+void perf_ferry_client(struct perf_ferry *pf, const struct perf_row *row,
+		       int ctrl_fd, struct perf_result *res);
+uint64_t perf_ferry_server(struct perf_ferry *pf, const struct perf_row *row);
+void perf_ferry_close(struct perf_ferry *pf);
+
+/* --- perf_tcp.c: kernel TCP loopback --- */
+
+int perf_tcp_listen(uint16_t *port_p);
+void perf_tcp_client(uint16_t port, const struct perf_row *row, void *buf,
+		     int ctrl_fd, struct perf_result *res);
+uint64_t perf_tcp_server(int listen_fd, const struct perf_row *row, void *buf);
+
+/* --- perf_yardstick.c: bare shared-memory ping-pong and memcpy --- */
+
+struct perf_bare;
+
+size_t perf_bare_map_size(size_t max_size);
+struct perf_bare *perf_bare_attach(void *map, size_t max_size);
+void perf_bare_detach(struct perf_bare *bare);
+void perf_bare_prepare(struct perf_bare *bare);
+void perf_bare_client(struct perf_bare *bare, const struct perf_row *row,
+		      void *buf, int ctrl_fd, struct perf_result *res);
+void perf_bare_server(struct perf_bare *bare, const struct perf_row *row,
+		      void *buf, int ctrl_fd);
+void perf_memcpy_bw(void *dst, const void *src, const struct perf_row *row,
+		    struct perf_result *res);
+
+#endif /* FERRY_PERF_H */

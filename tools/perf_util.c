@@ -1,0 +1,235 @@
+/*
+ * perf_util.c - ferry-perf's plumbing: fatal errors (which also take the
+ * forked peer down), the control-socket messages, the watchdog that keeps a
+ * dead or stuck peer from hanging a run, CPU pinning, and names.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "perf.h"
+
+const char *perf_role_name = "client";
+volatile int perf_child_pid;
+
+static char perf_watchdog_what[128];
+
+static void perf_kill_child(void)
+{
+	if (perf_child_pid > 0)
+		kill(perf_child_pid, SIGKILL);
+}
+
+void perf_die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "%s (%s): ", PERF_PROG, perf_role_name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	perf_kill_child();
+	exit(1);
+}
+
+void perf_die_errno(const char *call)
+{
+	perf_die("%s: %s", call, strerror(errno));
+}
+
+/*
+ * A peer that exited closes its end of the control socket; a SEQPACKET
+ * socket then polls with POLLHUP.  Busy loops call this now and then so that
+ * spinning on memory the dead peer will never write ends.
+ */
+void perf_peer_check(int ctrl_fd)
+{
+	struct pollfd pfd = { .fd = ctrl_fd, .events = 0 };
+
+	if (ctrl_fd < 0)
+		return;
+	if (poll(&pfd, 1, 0) < 0 && errno != EINTR)
+		perf_die_errno("poll (control socket)");
+	if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))
+		perf_die("the peer closed the control connection (did it exit?)");
+}
+
+void perf_msg_send(int fd, const struct perf_msg *msg, int pass_fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { .iov_base = (void *)msg, .iov_len = sizeof(*msg) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *cm;
+
+	if (pass_fd >= 0) {
+		memset(cbuf, 0, sizeof(cbuf));
+		mh.msg_control = cbuf;
+		mh.msg_controllen = sizeof(cbuf);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+	}
+	if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(*msg))
+		perf_die_errno("sendmsg (control socket)");
+}
+
+void perf_msg_recv(int fd, struct perf_msg *msg, uint32_t type, int *fd_p)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { .iov_base = msg, .iov_len = sizeof(*msg) };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
+	};
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	do
+		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		perf_die_errno("recvmsg (control socket)");
+	if (n == 0)
+		perf_die("the peer closed the control connection (did it exit?)");
+	if (n != (ssize_t)sizeof(*msg) || msg->type != type)
+		perf_die("protocol error on the control socket (message %#x, %zd bytes; expected %#x)",
+			 msg->type, n, type);
+	if (fd_p)
+		*fd_p = -1;
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			int passed;
+
+			memcpy(&passed, CMSG_DATA(cm), sizeof(int));
+			if (fd_p)
+				*fd_p = passed;
+			else
+				close(passed);
+		}
+	}
+}
+
+static void perf_watchdog_fire(int sig)
+{
+	static const char pre[] = PERF_PROG ": timed out in ";
+	ssize_t unused;
+
+	(void)sig;
+	unused = write(STDERR_FILENO, pre, sizeof(pre) - 1);
+	unused = write(STDERR_FILENO, perf_watchdog_what,
+		       strlen(perf_watchdog_what));
+	unused = write(STDERR_FILENO, " (peer stuck or dead?)\n", 23);
+	(void)unused;
+	perf_kill_child();
+	_exit(1);
+}
+
+/* Abort the run if the current row takes longer than @seconds. */
+void perf_watchdog_arm(int seconds, const char *what)
+{
+	static bool installed;
+
+	if (!installed) {
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = perf_watchdog_fire;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGALRM, &sa, NULL);
+		installed = true;
+	}
+	snprintf(perf_watchdog_what, sizeof(perf_watchdog_what), "%s", what);
+	alarm(seconds > 0 ? (unsigned int)seconds : 0);
+}
+
+void perf_watchdog_disarm(void)
+{
+	alarm(0);
+}
+
+/* The CPUs this process may run on, in order; returns how many. */
+int perf_cpus_allowed(int *cpus, int max)
+{
+	cpu_set_t set;
+	int cpu, n = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return 0;
+	for (cpu = 0; cpu < CPU_SETSIZE && n < max; cpu++)
+		if (CPU_ISSET(cpu, &set))
+			cpus[n++] = cpu;
+	return n;
+}
+
+void perf_pin_self(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) < 0)
+		perf_die("sched_setaffinity (cpu %d): %s", cpu, strerror(errno));
+}
+
+const char *perf_test_name(enum perf_test test)
+{
+	return test == PERF_TEST_LAT ? "lat" : "bw";
+}
+
+const char *perf_op_name(enum perf_op op)
+{
+	static const char *const names[PERF_OP_COUNT] = {
+		[PERF_OP_WRITE] = "write",
+		[PERF_OP_WRITE_IMM] = "write_imm",
+		[PERF_OP_READ] = "read",
+		[PERF_OP_SEND] = "send",
+		[PERF_OP_FADD] = "fadd",
+		[PERF_OP_CAS] = "cas",
+		[PERF_OP_COPY] = "copy",
+	};
+
+	return (unsigned int)op < PERF_OP_COUNT ? names[op] : "?";
+}
+
+const char *perf_transport_name(enum perf_transport tr)
+{
+	static const char *const names[PERF_TR_COUNT] = {
+		[PERF_TR_FERRY] = "ferry-shm",
+		[PERF_TR_TCP] = "tcp",
+		[PERF_TR_BARE] = "shm-bare",
+		[PERF_TR_MEMCPY] = "memcpy",
+	};
+
+	return (unsigned int)tr < PERF_TR_COUNT ? names[tr] : "?";
+}
+
+const char *perf_mode_name(enum perf_mode mode)
+{
+	return mode == PERF_MODE_BLOCK ? "block" : "busy";
+}
+
+/* 64 -> "64", 65536 -> "64K", 4194304 -> "4M"; other sizes in bytes. */
+void perf_format_size(char *buf, size_t len, size_t size)
+{
+	if (size >= (1u << 20) && size % (1u << 20) == 0)
+		snprintf(buf, len, "%zuM", size >> 20);
+	else if (size >= 1024 && size % 1024 == 0)
+		snprintf(buf, len, "%zuK", size >> 10);
+	else
+		snprintf(buf, len, "%zu", size);
+}
