@@ -545,6 +545,36 @@ static struct shm_watch *shm_watch_find(struct shm_qp *qp)
 
 static void *shm_monitor_main(void *arg);
 
+/*
+ * fork: the child must not inherit mon.lock held by the parent's monitor
+ * thread, and starts its own monitor on first use (mon.pid differs).
+ */
+static void shm_monitor_atfork_prepare(void)
+{
+	pthread_mutex_lock(&mon.lock);
+}
+
+static void shm_monitor_atfork_parent(void)
+{
+	pthread_mutex_unlock(&mon.lock);
+}
+
+static void shm_monitor_atfork_child(void)
+{
+	if (mon.epfd >= 0)
+		close(mon.epfd);	/* the parent's; our own comes on first use */
+	mon.epfd = -1;
+	pthread_mutex_unlock(&mon.lock);
+}
+
+static pthread_once_t shm_atfork_once = PTHREAD_ONCE_INIT;
+
+static void shm_monitor_register_atfork(void)
+{
+	pthread_atfork(shm_monitor_atfork_prepare, shm_monitor_atfork_parent,
+		       shm_monitor_atfork_child);
+}
+
 /* Start the monitor in this process if needed; mon.lock held. */
 static int shm_monitor_start_locked(void)
 {
@@ -556,7 +586,9 @@ static int shm_monitor_start_locked(void)
 
 	if (mon.pid == getpid())
 		return 0;
-	/* After fork the child has the parent's fds but no thread: begin anew. */
+	pthread_once(&shm_atfork_once, shm_monitor_register_atfork);
+	/* After fork the child has the parent's fds but no thread: begin anew.
+	 * The parent's kick eventfd stays open: its peers may hold it. */
 	mon.watches = NULL;
 	mon.epfd = epoll_create1(EPOLL_CLOEXEC);
 	mon.kick_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
