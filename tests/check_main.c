@@ -1,0 +1,37 @@
+/*
+ * check_main.c - the one runner of ferry's Check suites.
+ *
+ * Tests run in CK_FORK mode so that a crashing test fails alone.  Select
+ * with the usual Check variables: CK_RUN_SUITE=ops CK_RUN_CASE=atomic ...
+ */
+#include "config.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include "check_suites.h"
+
+int main(void)
+{
+	SRunner *runner;
+	int failed;
+
+	/* A peer that died must show up as an error, never kill the runner. */
+	signal(SIGPIPE, SIG_IGN);
+
+	runner = srunner_create(objects_suite());
+	srunner_add_suite(runner, qp_state_suite());
+	srunner_add_suite(runner, ops_suite());
+	srunner_add_suite(runner, errors_suite());
+	srunner_add_suite(runner, rnr_suite());
+	srunner_add_suite(runner, flush_suite());
+	srunner_add_suite(runner, channel_suite());
+	srunner_add_suite(runner, peer_suite());
+	srunner_add_suite(runner, hostile_suite());
+
+	srunner_set_fork_status(runner, CK_FORK);
+	srunner_run_all(runner, CK_NORMAL);
+	failed = srunner_ntests_failed(runner);
+	srunner_free(runner);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,525 @@
+/*
+ * check_objects.c - devices, contexts, PDs, memory, CQs, channels and QPs:
+ * creation, the attributes they report, destruction order, argument errors.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "check_suites.h"
+#include "testutil.h"
+
+START_TEST(test_device_list)
+{
+	struct ferry_device **list;
+	int num = -1;
+
+	list = ferry_get_device_list(&num);
+	ck_assert_ptr_nonnull(list);
+	ck_assert_int_ge(num, 1);
+	ck_assert_ptr_null(list[num]);
+	for (int i = 0; i < num; i++) {
+		ck_assert_ptr_nonnull(list[i]);
+		ck_assert_ptr_nonnull(ferry_get_device_name(list[i]));
+		ck_assert_int_gt((int)strlen(ferry_get_device_name(list[i])), 0);
+	}
+	/* shm is always built and always listed first */
+	ck_assert_str_eq(ferry_get_device_transport(list[0]), "shm");
+	ferry_free_device_list(list);
+
+	/* the count is optional */
+	list = ferry_get_device_list(NULL);
+	ck_assert_ptr_nonnull(list);
+	ck_assert_ptr_nonnull(list[0]);
+	ferry_free_device_list(list);
+}
+END_TEST
+
+START_TEST(test_open_device)
+{
+	struct ferry_device **list = ferry_get_device_list(NULL);
+	struct ferry_context *ctx;
+	struct ferry_device_attr attr;
+
+	ck_assert_ptr_nonnull(list);
+	ctx = ferry_open_device(list[0]);
+	ck_assert_ptr_nonnull(ctx);
+	memset(&attr, 0, sizeof(attr));
+	ck_assert_int_eq(ferry_query_device(ctx, &attr), 0);
+	ck_assert_uint_gt(attr.max_qp, 64);
+	ck_assert_uint_gt(attr.max_qp_wr, 0);
+	ck_assert_uint_ge(attr.max_sge, 4);
+	ck_assert_uint_gt(attr.max_cqe, 0);
+	ck_assert_uint_gt(attr.max_cq, 0);
+	ck_assert_uint_gt(attr.max_mr, 0);
+	ck_assert_uint_gt(attr.max_pd, 0);
+	ck_assert_uint_gt(attr.max_mr_size, 0);
+	ck_assert_uint_ge(attr.max_qp_rd_atom, 1);
+	ck_assert_uint_eq(attr.atomic_cap, 1);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+	ferry_free_device_list(list);
+}
+END_TEST
+
+START_TEST(test_open_transport)
+{
+	struct ferry_context *ctx;
+
+	ctx = ferry_open_transport("shm");
+	ck_assert_ptr_nonnull(ctx);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+
+	ctx = ferry_open_transport(NULL);
+	ck_assert_ptr_nonnull(ctx);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+
+	errno = 0;
+	ctx = ferry_open_transport("no-such-transport");
+	ck_assert_ptr_null(ctx);
+	ck_assert_int_ne(errno, 0);
+}
+END_TEST
+
+START_TEST(test_null_arguments)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	struct ferry_device_attr attr;
+
+	ck_assert_ptr_nonnull(ctx);
+	errno = 0;
+	ck_assert_ptr_null(ferry_alloc_pd(NULL));
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(ferry_query_device(NULL, &attr), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(ferry_query_device(ctx, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(ferry_reg_mr(NULL, &attr, sizeof(attr),
+					FERRY_ACCESS_LOCAL_WRITE));
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_cq(NULL, 16, NULL, NULL, 0));
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_qp(NULL, NULL));
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(ferry_dealloc_pd(NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(ferry_destroy_cq(NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(ferry_destroy_qp(NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(ferry_dereg_mr(NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(ferry_close_device(NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
+START_TEST(test_pd)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	struct ferry_pd *pd1, *pd2;
+
+	ck_assert_ptr_nonnull(ctx);
+	pd1 = ferry_alloc_pd(ctx);
+	pd2 = ferry_alloc_pd(ctx);
+	ck_assert_ptr_nonnull(pd1);
+	ck_assert_ptr_nonnull(pd2);
+	ck_assert_ptr_eq(pd1->context, ctx);
+	ck_assert_ptr_eq(pd2->context, ctx);
+	ck_assert_uint_ne(pd1->handle, pd2->handle);
+	ck_assert_int_eq(ferry_dealloc_pd(pd1), 0);
+	ck_assert_int_eq(ferry_dealloc_pd(pd2), 0);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
+START_TEST(test_alloc)
+{
+	char *a = ferry_alloc(100);
+	char *b = ferry_alloc(1 << 20);
+
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_uint_eq((uintptr_t)a % 4096, 0);
+	ck_assert_uint_eq((uintptr_t)b % 4096, 0);
+	memset(a, 0xab, 100);
+	memset(b, 0xcd, 1 << 20);
+	ck_assert(tu_all_bytes(a, 100, 0xab));
+	ck_assert(tu_all_bytes(b, 1 << 20, 0xcd));
+	ferry_free(a);
+	ferry_free(b);
+	ferry_free(NULL);
+}
+END_TEST
+
+START_TEST(test_mr)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	struct ferry_pd *pd = ferry_alloc_pd(ctx);
+	char *shared = ferry_alloc(8192);
+	char *heap = malloc(5000);
+	struct ferry_mr *m1, *m2, *m3;
+
+	ck_assert_ptr_nonnull(pd);
+	ck_assert_ptr_nonnull(shared);
+	ck_assert_ptr_nonnull(heap);
+	m1 = ferry_reg_mr(pd, shared, 8192, TU_ACCESS_ALL);
+	ck_assert_ptr_nonnull(m1);
+	m2 = ferry_reg_mr(pd, shared + 100, 200, FERRY_ACCESS_LOCAL_WRITE);
+	ck_assert_ptr_nonnull(m2);
+	m3 = ferry_reg_mr(pd, heap, 5000, FERRY_ACCESS_LOCAL_WRITE |
+			  FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_READ);
+	ck_assert_ptr_nonnull(m3);
+
+	ck_assert_ptr_eq(m1->addr, shared);
+	ck_assert_uint_eq(m1->length, 8192);
+	ck_assert_ptr_eq(m1->pd, pd);
+	ck_assert_ptr_eq(m1->context, ctx);
+	ck_assert_ptr_eq(m2->addr, shared + 100);
+	ck_assert_uint_eq(m2->length, 200);
+	ck_assert_ptr_eq(m3->addr, heap);
+	ck_assert_uint_eq(m3->length, 5000);
+	/* keys identify one registration each */
+	ck_assert_uint_ne(m1->lkey, m2->lkey);
+	ck_assert_uint_ne(m1->lkey, m3->lkey);
+	ck_assert_uint_ne(m2->lkey, m3->lkey);
+	ck_assert_uint_ne(m1->rkey, m2->rkey);
+	ck_assert_uint_ne(m1->rkey, m3->rkey);
+	ck_assert_uint_ne(m2->rkey, m3->rkey);
+
+	ck_assert_int_eq(ferry_dereg_mr(m1), 0);
+	ck_assert_int_eq(ferry_dereg_mr(m2), 0);
+	ck_assert_int_eq(ferry_dereg_mr(m3), 0);
+	ferry_free(shared);
+	free(heap);
+	ck_assert_int_eq(ferry_dealloc_pd(pd), 0);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
+START_TEST(test_mr_errors)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	struct ferry_pd *pd = ferry_alloc_pd(ctx);
+	char *buf = ferry_alloc(4096);
+
+	ck_assert_ptr_nonnull(pd);
+	ck_assert_ptr_nonnull(buf);
+	/* unknown access bit */
+	errno = 0;
+	ck_assert_ptr_null(ferry_reg_mr(pd, buf, 4096, 1 << 20));
+	ck_assert_int_eq(errno, EINVAL);
+	/* ibverbs: remote write or atomic needs local write */
+	errno = 0;
+	ck_assert_ptr_null(ferry_reg_mr(pd, buf, 4096, FERRY_ACCESS_REMOTE_WRITE));
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(ferry_reg_mr(pd, buf, 4096, FERRY_ACCESS_REMOTE_ATOMIC));
+	ck_assert_int_eq(errno, EINVAL);
+	/* NULL address with a length */
+	errno = 0;
+	ck_assert_ptr_null(ferry_reg_mr(pd, NULL, 4096, FERRY_ACCESS_LOCAL_WRITE));
+	ck_assert_int_ne(errno, 0);
+	ferry_free(buf);
+	ck_assert_int_eq(ferry_dealloc_pd(pd), 0);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
+START_TEST(test_cq)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	struct ferry_device_attr attr;
+	struct ferry_comp_channel *ch;
+	struct ferry_cq *cq, *cq2;
+	struct ferry_wc wc[4];
+	int cookie;
+
+	ck_assert_ptr_nonnull(ctx);
+	ck_assert_int_eq(ferry_query_device(ctx, &attr), 0);
+	ch = ferry_create_comp_channel(ctx);
+	ck_assert_ptr_nonnull(ch);
+	ck_assert_int_ge(ch->fd, 0);
+	ck_assert_ptr_eq(ch->context, ctx);
+
+	cq = ferry_create_cq(ctx, 10, &cookie, ch, 0);
+	ck_assert_ptr_nonnull(cq);
+	ck_assert_int_ge(cq->cqe, 10);
+	ck_assert_ptr_eq(cq->cq_context, &cookie);
+	ck_assert_ptr_eq(cq->channel, ch);
+	ck_assert_ptr_eq(cq->context, ctx);
+	ck_assert_int_eq(ferry_poll_cq(cq, 4, wc), 0);
+	errno = 0;
+	ck_assert_int_eq(ferry_poll_cq(cq, -1, wc), -1);
+	ck_assert_int_eq(errno, EINVAL);
+
+	cq2 = ferry_create_cq(ctx, 1, NULL, NULL, 0);
+	ck_assert_ptr_nonnull(cq2);
+	ck_assert_ptr_null(cq2->channel);
+	ck_assert_int_ge(cq2->cqe, 1);
+	/* arming a CQ that has no channel is pointless but ibverbs allows it */
+
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_cq(ctx, 0, NULL, NULL, 0));
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_cq(ctx, -5, NULL, NULL, 0));
+	ck_assert_int_eq(errno, EINVAL);
+	if (attr.max_cqe < (uint32_t)0x7fffffff) {
+		errno = 0;
+		ck_assert_ptr_null(ferry_create_cq(ctx, (int)attr.max_cqe + 1,
+						   NULL, NULL, 0));
+		ck_assert_int_eq(errno, EINVAL);
+	}
+
+	/* ibverbs: a channel in use by a CQ cannot go away */
+	errno = 0;
+	ck_assert_int_eq(ferry_destroy_comp_channel(ch), -1);
+	ck_assert_int_eq(errno, EBUSY);
+	ck_assert_int_eq(ferry_destroy_cq(cq), 0);
+	ck_assert_int_eq(ferry_destroy_cq(cq2), 0);
+	ck_assert_int_eq(ferry_destroy_comp_channel(ch), 0);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
+static void objects_init_attr(struct ferry_qp_init_attr *init, struct ferry_cq *cq)
+{
+	memset(init, 0, sizeof(*init));
+	init->send_cq = cq;
+	init->recv_cq = cq;
+	init->qp_type = FERRY_QPT_RC;
+	init->sq_sig_all = 1;
+	init->cap.max_send_wr = 16;
+	init->cap.max_recv_wr = 8;
+	init->cap.max_send_sge = 2;
+	init->cap.max_recv_sge = 3;
+	init->cap.max_inline_data = 32;
+}
+
+START_TEST(test_qp_create)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	struct ferry_pd *pd = ferry_alloc_pd(ctx);
+	struct ferry_cq *scq = ferry_create_cq(ctx, 32, NULL, NULL, 0);
+	struct ferry_cq *rcq = ferry_create_cq(ctx, 32, NULL, NULL, 0);
+	struct ferry_qp_init_attr init, qinit;
+	struct ferry_qp_attr attr;
+	struct ferry_qp *qp1, *qp2;
+	int cookie;
+
+	ck_assert_ptr_nonnull(scq);
+	ck_assert_ptr_nonnull(rcq);
+	objects_init_attr(&init, scq);
+	init.recv_cq = rcq;
+	init.qp_context = &cookie;
+	qp1 = ferry_create_qp(pd, &init);
+	ck_assert_ptr_nonnull(qp1);
+	qp2 = ferry_create_qp(pd, &init);
+	ck_assert_ptr_nonnull(qp2);
+
+	ck_assert_ptr_eq(qp1->context, ctx);
+	ck_assert_ptr_eq(qp1->pd, pd);
+	ck_assert_ptr_eq(qp1->send_cq, scq);
+	ck_assert_ptr_eq(qp1->recv_cq, rcq);
+	ck_assert_ptr_eq(qp1->qp_context, &cookie);
+	ck_assert_int_eq(qp1->qp_type, FERRY_QPT_RC);
+	ck_assert_int_eq(qp1->state, FERRY_QPS_RESET);
+	ck_assert_uint_ne(qp1->qp_num, qp2->qp_num);
+	/* the actual capabilities are at least those asked for */
+	ck_assert_uint_ge(init.cap.max_send_wr, 16);
+	ck_assert_uint_ge(init.cap.max_recv_wr, 8);
+	ck_assert_uint_ge(init.cap.max_send_sge, 2);
+	ck_assert_uint_ge(init.cap.max_recv_sge, 3);
+	ck_assert_uint_ge(init.cap.max_inline_data, 32);
+
+	memset(&attr, 0, sizeof(attr));
+	memset(&qinit, 0, sizeof(qinit));
+	ck_assert_int_eq(ferry_query_qp(qp1, &attr, FERRY_QP_STATE | FERRY_QP_CAP,
+					&qinit), 0);
+	ck_assert_int_eq(attr.qp_state, FERRY_QPS_RESET);
+	ck_assert_uint_ge(attr.cap.max_send_wr, 16);
+	ck_assert_uint_ge(attr.cap.max_recv_wr, 8);
+	ck_assert_uint_ge(attr.cap.max_inline_data, 32);
+	ck_assert_ptr_eq(qinit.send_cq, scq);
+	ck_assert_ptr_eq(qinit.recv_cq, rcq);
+	ck_assert_ptr_eq(qinit.qp_context, &cookie);
+	ck_assert_int_eq(qinit.qp_type, FERRY_QPT_RC);
+	ck_assert_int_eq(qinit.sq_sig_all, 1);
+
+	/* ibverbs: resources in use cannot be released */
+	errno = 0;
+	ck_assert_int_eq(ferry_destroy_cq(scq), -1);
+	ck_assert_int_eq(errno, EBUSY);
+	errno = 0;
+	ck_assert_int_eq(ferry_dealloc_pd(pd), -1);
+	ck_assert_int_eq(errno, EBUSY);
+
+	ck_assert_int_eq(ferry_destroy_qp(qp1), 0);
+	ck_assert_int_eq(ferry_destroy_qp(qp2), 0);
+	ck_assert_int_eq(ferry_destroy_cq(scq), 0);
+	ck_assert_int_eq(ferry_destroy_cq(rcq), 0);
+	ck_assert_int_eq(ferry_dealloc_pd(pd), 0);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
+START_TEST(test_qp_create_errors)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	struct ferry_pd *pd = ferry_alloc_pd(ctx);
+	struct ferry_cq *cq = ferry_create_cq(ctx, 32, NULL, NULL, 0);
+	struct ferry_device_attr dev;
+	struct ferry_qp_init_attr init;
+	int dummy;
+
+	ck_assert_ptr_nonnull(cq);
+	ck_assert_int_eq(ferry_query_device(ctx, &dev), 0);
+
+	objects_init_attr(&init, cq);
+	init.send_cq = NULL;
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_qp(pd, &init));
+	ck_assert_int_eq(errno, EINVAL);
+
+	objects_init_attr(&init, cq);
+	init.recv_cq = NULL;
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_qp(pd, &init));
+	ck_assert_int_eq(errno, EINVAL);
+
+	objects_init_attr(&init, cq);
+	init.qp_type = (enum ferry_qp_type)3;	/* UC in ibverbs */
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_qp(pd, &init));
+	ck_assert_msg(errno == EINVAL || errno == EOPNOTSUPP || errno == ENOTSUP,
+		      "errno %d", errno);
+
+	objects_init_attr(&init, cq);
+	init.srq = &dummy;
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_qp(pd, &init));
+	ck_assert_msg(errno == EINVAL || errno == EOPNOTSUPP || errno == ENOTSUP,
+		      "errno %d", errno);
+
+	objects_init_attr(&init, cq);
+	init.cap.max_send_wr = dev.max_qp_wr + 1;
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_qp(pd, &init));
+	ck_assert_int_eq(errno, EINVAL);
+
+	objects_init_attr(&init, cq);
+	init.cap.max_recv_sge = dev.max_sge + 1;
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_qp(pd, &init));
+	ck_assert_int_eq(errno, EINVAL);
+
+	objects_init_attr(&init, cq);
+	init.cap.max_inline_data = dev.max_inline_data + 1;
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_qp(pd, &init));
+	ck_assert_int_eq(errno, EINVAL);
+
+	ck_assert_int_eq(ferry_destroy_cq(cq), 0);
+	ck_assert_int_eq(ferry_dealloc_pd(pd), 0);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
+START_TEST(test_post_in_reset)
+{
+	struct tu_end e;
+	struct ferry_sge sge;
+	struct ferry_send_wr swr, *sbad = NULL;
+	struct ferry_recv_wr rwr, *rbad = NULL;
+
+	tu_end_open(&e, NULL);
+	sge.addr = (uintptr_t)e.buf;
+	sge.length = 16;
+	sge.lkey = e.mr->lkey;
+	memset(&swr, 0, sizeof(swr));
+	swr.wr_id = 1;
+	swr.sg_list = &sge;
+	swr.num_sge = 1;
+	swr.opcode = FERRY_WR_SEND;
+	memset(&rwr, 0, sizeof(rwr));
+	rwr.wr_id = 2;
+	rwr.sg_list = &sge;
+	rwr.num_sge = 1;
+
+	/* ibverbs: no sends before RTS, no receives in RESET */
+	errno = 0;
+	ck_assert_int_eq(ferry_post_send(e.qp, &swr, &sbad), -1);
+	ck_assert_int_ne(errno, 0);
+	ck_assert_ptr_eq(sbad, &swr);
+	errno = 0;
+	ck_assert_int_eq(ferry_post_recv(e.qp, &rwr, &rbad), -1);
+	ck_assert_int_ne(errno, 0);
+	ck_assert_ptr_eq(rbad, &rwr);
+	tu_assert_cq_empty(e.send_cq);
+	tu_end_close(&e);
+}
+END_TEST
+
+START_TEST(test_strings)
+{
+	ck_assert_ptr_nonnull(ferry_wc_status_str(FERRY_WC_SUCCESS));
+	ck_assert_ptr_nonnull(ferry_wc_status_str(FERRY_WC_REM_ACCESS_ERR));
+	ck_assert_str_ne(ferry_wc_status_str(FERRY_WC_SUCCESS),
+			 ferry_wc_status_str(FERRY_WC_REM_ACCESS_ERR));
+	ck_assert_str_ne(ferry_wc_status_str(FERRY_WC_WR_FLUSH_ERR),
+			 ferry_wc_status_str(FERRY_WC_RNR_RETRY_EXC_ERR));
+	/* out of range values still give a string */
+	ck_assert_ptr_nonnull(ferry_wc_status_str((enum ferry_wc_status)1000));
+	ck_assert_ptr_nonnull(ferry_qp_state_str(FERRY_QPS_RTS));
+	ck_assert_str_ne(ferry_qp_state_str(FERRY_QPS_RTS),
+			 ferry_qp_state_str(FERRY_QPS_ERR));
+	ck_assert_ptr_nonnull(ferry_qp_state_str((enum ferry_qp_state)1000));
+}
+END_TEST
+
+Suite *objects_suite(void)
+{
+	Suite *s = suite_create("objects");
+	TCase *tc;
+
+	tc = tcase_create("device");
+	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
+	tcase_add_test(tc, test_device_list);
+	tcase_add_test(tc, test_open_device);
+	tcase_add_test(tc, test_open_transport);
+	tcase_add_test(tc, test_null_arguments);
+	tcase_add_test(tc, test_strings);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("memory");
+	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
+	tcase_add_test(tc, test_pd);
+	tcase_add_test(tc, test_alloc);
+	tcase_add_test(tc, test_mr);
+	tcase_add_test(tc, test_mr_errors);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cq_qp");
+	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
+	tcase_add_test(tc, test_cq);
+	tcase_add_test(tc, test_qp_create);
+	tcase_add_test(tc, test_qp_create_errors);
+	tcase_add_test(tc, test_post_in_reset);
+	suite_add_tcase(s, tc);
+	return s;
+}

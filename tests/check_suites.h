@@ -1,0 +1,19 @@
+/*
+ * check_suites.h - every Check suite of ferry; tests/check_main.c runs them.
+ */
+#ifndef FERRY_CHECK_SUITES_H
+#define FERRY_CHECK_SUITES_H
+
+#include <check.h>
+
+Suite *objects_suite(void);
+Suite *qp_state_suite(void);
+Suite *ops_suite(void);
+Suite *errors_suite(void);
+Suite *rnr_suite(void);
+Suite *flush_suite(void);
+Suite *channel_suite(void);
+Suite *peer_suite(void);
+Suite *hostile_suite(void);
+
+#endif /* FERRY_CHECK_SUITES_H */
