@@ -344,11 +344,11 @@ START_TEST(test_cross_process_wakeup)
 	int sock, ctl;
 	pid_t pid;
 
-	tu_end_open(&p, &o);
 	pid = tu_fork(ch_late_sender_child, NULL, &sock, &ctl);
+	tu_end_open(&p, &o);
 	ch_exchange(sock, &p, &peer);
-	ck_assert_int_eq(tu_post_recv1(p.qp, 5, p.buf, 1024, p.mr->lkey), 0);
 	ck_assert_int_eq(ferry_qp_connect_sock(p.qp, sock, TU_QP_ACCESS_ALL), 0);
+	ck_assert_int_eq(tu_post_recv1(p.qp, 5, p.buf, 1024, p.mr->lkey), 0);
 	close(sock);
 	ck_assert_int_eq(ferry_req_notify_cq(p.recv_cq, 0), 0);
 	ck_assert_int_eq(ferry_poll_cq(p.recv_cq, 1, &wc), 0);
@@ -456,8 +456,8 @@ START_TEST(test_pingpong_no_lost_wakeup)
 	int sock, ctl, line;
 	pid_t pid;
 
-	tu_end_open(&p, &o);
 	pid = tu_fork(ch_pingpong_child, NULL, &sock, &ctl);
+	tu_end_open(&p, &o);
 	ch_exchange(sock, &p, &peer);
 	ck_assert_int_eq(ferry_qp_connect_sock(p.qp, sock, TU_QP_ACCESS_ALL), 0);
 	close(sock);

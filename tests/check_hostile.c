@@ -150,10 +150,10 @@ static int hostile_child(int sock, int ctl, void *arg)
 				   e.qp->qp_num, 0, 0, 0, 0 };
 	TU_CHILD_CHECK(tu_msg_send(sock, &mine, sizeof(mine)) == 0);
 	TU_CHILD_CHECK(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS) == 0);
+	TU_CHILD_CHECK(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL) == 0);
 	for (int i = 0; i < 8; i++)
 		TU_CHILD_CHECK(tu_post_recv1(e.qp, (uint64_t)i, e.buf + 1024 * i,
 					     1024, e.mr->lkey) == 0);
-	TU_CHILD_CHECK(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL) == 0);
 
 	/* behave first */
 	for (int i = 0; i < H_LEGIT; i++) {
@@ -198,8 +198,8 @@ static int healthy_child(int sock, int ctl, void *arg)
 				   e.qp->qp_num, 0, 0, 0, 0 };
 	TU_CHILD_CHECK(tu_msg_send(sock, &mine, sizeof(mine)) == 0);
 	TU_CHILD_CHECK(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS) == 0);
-	TU_CHILD_CHECK(tu_post_recv1(e.qp, 0, e.buf, 1024, e.mr->lkey) == 0);
 	TU_CHILD_CHECK(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL) == 0);
+	TU_CHILD_CHECK(tu_post_recv1(e.qp, 0, e.buf, 1024, e.mr->lkey) == 0);
 	for (;;) {
 		TU_CHILD_CHECK(tu_child_poll(e.recv_cq, &wc, 1, 20000) == 1);
 		TU_CHILD_CHECK(wc.status == FERRY_WC_SUCCESS);
@@ -391,21 +391,18 @@ static void hostile_echo(struct tu_end *g, unsigned int seed)
 	ck_assert(tu_check(g->buf + 8192, len, seed));
 }
 
-static pid_t hostile_connect_healthy(struct tu_end *g, int *ctl_p)
+/* Connect @g (opened after the fork) to the healthy child on @sock. */
+static void hostile_connect_healthy(struct tu_end *g, int sock)
 {
 	struct tu_remote mine, peer;
-	int sock;
-	pid_t pid;
 
 	tu_end_open(g, NULL);
-	pid = tu_fork(healthy_child, NULL, &sock, ctl_p);
 	mine = (struct tu_remote){ (uintptr_t)g->buf, g->len, g->mr->rkey,
 				   g->qp->qp_num, 0, 0, 0, 0 };
 	ck_assert_int_eq(tu_msg_send(sock, &mine, sizeof(mine)), 0);
 	ck_assert_int_eq(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS), 0);
 	ck_assert_int_eq(ferry_qp_connect_sock(g->qp, sock, TU_QP_ACCESS_ALL), 0);
 	close(sock);
-	return pid;
 }
 
 START_TEST(test_hostile_peer)
@@ -414,27 +411,29 @@ START_TEST(test_hostile_peer)
 	struct hostile_parent hp;
 	struct tu_remote mine;
 	struct tu_end g;
-	int sock, ctl, gctl, legit = 0;
+	int sock, ctl, gsock, gctl, legit = 0;
 	unsigned int echo_seed = 1;
 	uint32_t msg;
 	pid_t pid, gpid;
 	uint64_t deadline;
 	bool done = false;
 
+	/* fork both children first: they inherit none of our ferry state */
+	gpid = tu_fork(healthy_child, NULL, &gsock, &gctl);
+	pid = tu_fork(hostile_child, (void *)(intptr_t)mode, &sock, &ctl);
 	hostile_parent_open(&hp);
-	gpid = hostile_connect_healthy(&g, &gctl);
+	hostile_connect_healthy(&g, gsock);
 	hostile_echo(&g, echo_seed++);
 
-	pid = tu_fork(hostile_child, (void *)(intptr_t)mode, &sock, &ctl);
 	mine = (struct tu_remote){ (uintptr_t)hp.buf, H_BUF, hp.mr->rkey,
 				   hp.qp->qp_num, 0, 0, 0, 0 };
 	ck_assert_int_eq(tu_msg_send(sock, &mine, sizeof(mine)), 0);
 	ck_assert_int_eq(tu_msg_recv(sock, &hp.peer, sizeof(hp.peer), TU_WAIT_MS), 0);
+	ck_assert_int_eq(ferry_qp_connect_sock(hp.qp, sock, TU_QP_ACCESS_ALL), 0);
 	for (int i = 0; i < H_RECVS; i++)
 		ck_assert_int_eq(tu_post_recv1(hp.qp, H_RECV_ID + (uint64_t)i,
 					       hostile_recv_buf(&hp, i), H_RECV_LEN,
 					       hp.mr->lkey), 0);
-	ck_assert_int_eq(ferry_qp_connect_sock(hp.qp, sock, TU_QP_ACCESS_ALL), 0);
 	close(sock);
 
 	/* the well-formed part arrives intact */

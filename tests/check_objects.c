@@ -140,7 +140,7 @@ START_TEST(test_pd)
 	ck_assert_ptr_nonnull(pd2);
 	ck_assert_ptr_eq(pd1->context, ctx);
 	ck_assert_ptr_eq(pd2->context, ctx);
-	ck_assert_uint_ne(pd1->handle, pd2->handle);
+	ck_assert_ptr_ne(pd1, pd2);
 	ck_assert_int_eq(ferry_dealloc_pd(pd1), 0);
 	ck_assert_int_eq(ferry_dealloc_pd(pd2), 0);
 	ck_assert_int_eq(ferry_close_device(ctx), 0);

@@ -186,11 +186,9 @@ START_TEST(test_init_illegal)
 	qs_init_attr(&attr);
 	attr.cur_qp_state = FERRY_QPS_RTS;
 	EXPECT_EINVAL(a.qp, &attr, FERRY_QP_STATE | FERRY_QP_CUR_STATE);
-	/* a matching one is fine */
+	/* ibverbs allows CUR_STATE only on transitions to RTS */
 	attr.cur_qp_state = FERRY_QPS_INIT;
-	ck_assert_int_eq(ferry_modify_qp(a.qp, &attr, FERRY_QP_STATE |
-					 FERRY_QP_CUR_STATE), 0);
-	ck_assert_int_eq(tu_qp_state(a.qp), FERRY_QPS_INIT);
+	EXPECT_EINVAL(a.qp, &attr, FERRY_QP_STATE | FERRY_QP_CUR_STATE);
 }
 END_TEST
 
@@ -213,14 +211,6 @@ START_TEST(test_rtr_rts)
 	for (size_t i = 0; i < ARRAY_SIZE(rtr_required); i++)
 		EXPECT_EINVAL(a.qp, &attr, RTR_MASK & ~rtr_required[i]);
 	EXPECT_EINVAL(a.qp, &attr, RTR_MASK | FERRY_QP_SQ_PSN);	/* RTS only */
-	/* attribute values out of range */
-	attr.path_mtu = (enum ferry_mtu)6;
-	EXPECT_EINVAL(a.qp, &attr, RTR_MASK);
-	attr.path_mtu = (enum ferry_mtu)0;
-	EXPECT_EINVAL(a.qp, &attr, RTR_MASK);
-	qs_rtr_attr(&attr, peer_qpn_a);
-	attr.min_rnr_timer = 32;
-	EXPECT_EINVAL(a.qp, &attr, RTR_MASK);
 
 	qs_rtr_attr(&attr, peer_qpn_a);
 	ck_assert_int_eq(ferry_modify_qp(a.qp, &attr, RTR_MASK), 0);
@@ -230,14 +220,6 @@ START_TEST(test_rtr_rts)
 	for (size_t i = 0; i < ARRAY_SIZE(rts_required); i++)
 		EXPECT_EINVAL(a.qp, &attr, RTS_MASK & ~rts_required[i]);
 	EXPECT_EINVAL(a.qp, &attr, RTS_MASK | FERRY_QP_DEST_QPN);	/* RTR only */
-	attr.rnr_retry = 8;
-	EXPECT_EINVAL(a.qp, &attr, RTS_MASK);
-	qs_rts_attr(&attr);
-	attr.retry_cnt = 8;
-	EXPECT_EINVAL(a.qp, &attr, RTS_MASK);
-	qs_rts_attr(&attr);
-	attr.timeout = 32;
-	EXPECT_EINVAL(a.qp, &attr, RTS_MASK);
 
 	qs_rts_attr(&attr);
 	ck_assert_int_eq(ferry_modify_qp(a.qp, &attr, RTS_MASK), 0);
@@ -266,6 +248,15 @@ START_TEST(test_rtr_rts)
 					 FERRY_QP_MIN_RNR_TIMER), 0);
 	ck_assert_int_eq(ferry_query_qp(a.qp, &q, FERRY_QP_MIN_RNR_TIMER, &qinit), 0);
 	ck_assert_uint_eq(q.min_rnr_timer, 9);
+	/* RTS -> RTS naming the current state */
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = FERRY_QPS_RTS;
+	attr.cur_qp_state = FERRY_QPS_SQD;
+	EXPECT_EINVAL(a.qp, &attr, FERRY_QP_STATE | FERRY_QP_CUR_STATE);
+	attr.cur_qp_state = FERRY_QPS_RTS;
+	ck_assert_int_eq(ferry_modify_qp(a.qp, &attr, FERRY_QP_STATE |
+					 FERRY_QP_CUR_STATE), 0);
+	ck_assert_int_eq(tu_qp_state(a.qp), FERRY_QPS_RTS);
 	/* ... but not a required-once one */
 	attr.dest_qp_num = 1;
 	EXPECT_EINVAL(a.qp, &attr, FERRY_QP_STATE | FERRY_QP_DEST_QPN);
@@ -274,6 +265,37 @@ START_TEST(test_rtr_rts)
 	EXPECT_EINVAL(a.qp, &attr, RTR_MASK);
 	qs_init_attr(&attr);
 	EXPECT_EINVAL(a.qp, &attr, INIT_MASK);
+}
+END_TEST
+
+START_TEST(test_attr_ranges)
+{
+	struct ferry_qp_attr attr;
+
+	/* values outside their IB encodings are refused */
+	qs_to_init_exchanged();
+	qs_rtr_attr(&attr, peer_qpn_a);
+	attr.path_mtu = (enum ferry_mtu)6;
+	EXPECT_EINVAL(a.qp, &attr, RTR_MASK);
+	attr.path_mtu = (enum ferry_mtu)0;
+	EXPECT_EINVAL(a.qp, &attr, RTR_MASK);
+	qs_rtr_attr(&attr, peer_qpn_a);
+	attr.min_rnr_timer = 32;	/* 5 bits */
+	EXPECT_EINVAL(a.qp, &attr, RTR_MASK);
+	qs_rtr_attr(&attr, peer_qpn_a);
+	ck_assert_int_eq(ferry_modify_qp(a.qp, &attr, RTR_MASK), 0);
+
+	qs_rts_attr(&attr);
+	attr.rnr_retry = 8;		/* 3 bits */
+	EXPECT_EINVAL(a.qp, &attr, RTS_MASK);
+	qs_rts_attr(&attr);
+	attr.retry_cnt = 8;		/* 3 bits */
+	EXPECT_EINVAL(a.qp, &attr, RTS_MASK);
+	qs_rts_attr(&attr);
+	attr.timeout = 32;		/* 5 bits */
+	EXPECT_EINVAL(a.qp, &attr, RTS_MASK);
+	qs_rts_attr(&attr);
+	ck_assert_int_eq(ferry_modify_qp(a.qp, &attr, RTS_MASK), 0);
 }
 END_TEST
 
@@ -421,6 +443,7 @@ Suite *qp_state_suite(void)
 	tcase_add_test(tc, test_reset_to_init);
 	tcase_add_test(tc, test_init_illegal);
 	tcase_add_test(tc, test_rtr_rts);
+	tcase_add_test(tc, test_attr_ranges);
 	tcase_add_test(tc, test_post_by_state);
 	tcase_add_test(tc, test_to_err_and_reset);
 	tcase_add_test(tc, test_sqd);
