@@ -77,6 +77,7 @@ void *ferry_alloc(size_t size)
 		goto err_close;
 	blk.addr = addr;
 	blk.ino = ferry_fd_inode(blk.fd);
+	blk.owner = getpid();
 
 	pthread_mutex_lock(&blocks_lock);
 	if (nblocks == blocks_cap) {
@@ -172,12 +173,14 @@ bool ferry_block_by_id(uint64_t id, struct ferry_block *blk_p)
 
 bool ferry_block_is_own_inode(unsigned long ino)
 {
+	pid_t self = getpid();
 	bool found = false;
 	size_t i;
 
 	pthread_mutex_lock(&blocks_lock);
+
 	for (i = 0; i < nblocks && !found; i++)
-		found = blocks[i].ino == ino;
+		found = blocks[i].ino == ino && blocks[i].owner == self;
 	pthread_mutex_unlock(&blocks_lock);
 	return found;
 }

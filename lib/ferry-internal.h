@@ -142,6 +142,7 @@ struct ferry_block {
 	int fd;			/* memfd, F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL */
 	uint64_t id;		/* process-unique, never reused */
 	unsigned long ino;	/* inode of the memfd: refuse it from peers */
+	pid_t owner;		/* process that allocated it (a forked child shares it) */
 };
 
 /*
@@ -151,7 +152,7 @@ struct ferry_block {
  */
 bool ferry_block_find(const void *addr, size_t len, struct ferry_block *blk_p);
 bool ferry_block_by_id(uint64_t id, struct ferry_block *blk_p);
-/* Is @ino the inode of one of this process's own shared files? */
+/* Is @ino a block this very process allocated (not one inherited by fork)? */
 bool ferry_block_is_own_inode(unsigned long ino);
 /* Create a sealed memfd of @size bytes (rounded up to pages). -1 + errno. */
 int ferry_memfd_create(const char *name, size_t size);

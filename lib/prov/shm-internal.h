@@ -115,6 +115,7 @@ struct shm_region {
 	_Alignas(64) _Atomic uint64_t rq_prod;	/* receives posted by the owner */
 	_Atomic uint32_t min_rnr_timer;	/* owner's RTR attribute */
 	_Atomic uint32_t in_error;	/* owner's QP is in ERR: stop sending */
+	_Atomic uint32_t qp_access;	/* owner QP's remote access flags */
 	_Alignas(64) _Atomic uint64_t dq_prod;	/* peer receives consumed by the owner */
 	_Alignas(64) _Atomic uint32_t rnr_wait;	/* owner waits for a receive: kick it */
 };
@@ -155,7 +156,7 @@ struct shm_mapping {
 
 /*
  * shm_map_fd - map a peer's memfd (after checking it is a sealed shmem file
- * of at least @min_size bytes, and not one of ours), sharing the mapping with
+ * of at least @min_size bytes), sharing the mapping with
  * earlier maps of the same file.  Returns NULL with errno set.
  */
 struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot);

@@ -85,10 +85,6 @@ struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot)
 			   (long long)st.st_size, min_size);
 		goto err_inval;
 	}
-	if (ferry_block_is_own_inode((unsigned long)st.st_ino)) {
-		ferry_warn("peer passed back one of our own memory blocks");
-		goto err_inval;
-	}
 
 	pthread_mutex_lock(&maps_lock);
 	for (m = maps; m; m = m->next) {

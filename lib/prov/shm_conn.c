@@ -190,6 +190,7 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 	r->rq_sge = qp->cap.max_recv_sge;
 	r->dq_size = peer_rq_size;
 	atomic_store(&r->min_rnr_timer, qp->min_rnr_timer);
+	atomic_store(&r->qp_access, qp->access);
 	qp->region = r;
 	qp->region_fd = fd;
 	qp->region_size = size;
@@ -472,8 +473,16 @@ static void shm_conn_drain(struct shm_conn *conn)
 				return;
 			continue;
 		}
-		map = shm_conn_find_block(conn, m.value) ? NULL :
-		      shm_map_fd(fd, 1, PROT_READ | PROT_WRITE);
+		/* A peer in another process handing back one of our own blocks
+		 * would have us write our memory where it chooses: refuse. */
+		if (conn->peer_pid != getpid() &&
+		    ferry_block_is_own_inode(ferry_fd_inode(fd))) {
+			ferry_warn("peer passed back one of our own memory blocks");
+			map = NULL;
+		} else {
+			map = shm_conn_find_block(conn, m.value) ? NULL :
+			      shm_map_fd(fd, 1, PROT_READ | PROT_WRITE);
+		}
 		close(fd);
 		if (!map)
 			continue;

@@ -147,11 +147,16 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
 					       uint64_t raddr, uint64_t len, uint32_t need,
 					       struct shm_seg *seg)
 {
+	const struct shm_region *pr = conn->peer_region->addr;
+
 	const struct shm_mr_entry *table = conn->peer_table->addr, *e;
 	uint64_t addr, length, block_id, block_off, off;
 	uint32_t idx = SHM_KEY_INDEX(rkey), access;
 	struct shm_mapping *map;
 
+	/* The target QP must allow the operation, as must the MR. */
+	if ((atomic_load_explicit(&pr->qp_access, memory_order_relaxed) & need) != need)
+		return FERRY_WC_REM_ACCESS_ERR;
 	if (idx == 0 || idx >= SHM_MR_TABLE_ENTRIES)
 		return FERRY_WC_REM_ACCESS_ERR;
 	e = &table[idx];
@@ -468,7 +473,7 @@ static bool shm_sq_rnr(struct shm_qp *qp)
 void shm_sq_progress(struct shm_qp *qp)
 {
 	if (atomic_load_explicit(&qp->async_error, memory_order_relaxed))
-		shm_qp_set_error(qp, "the peer broke the protocol");
+		shm_qp_set_error(qp, NULL);	/* the receive side said why */
 	if (qp->qp.state == FERRY_QPS_ERR) {
 		shm_qp_flush_sq(qp);
 		return;
@@ -689,11 +694,16 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
 	return 0;
 }
 
-/* The peer broke the protocol on the receive side: fail the connection. */
-static void shm_rq_fatal(struct shm_qp *qp, const char *why)
+/*
+ * The receive side fails the connection: a receive completed in error, or
+ * the peer broke the protocol.  The send side is flushed by the next
+ * shm_sq_progress (we may not take sq_lock here).
+ */
+static void shm_rq_fatal(struct shm_qp *qp, const char *why, bool hostile)
 {
 	if (!atomic_exchange(&qp->async_error, true))
-		ferry_warn("QP %u: %s: moving to ERR", qp->qp.qp_num, why);
+		ferry_log(hostile ? FERRY_LOG_WARN : FERRY_LOG_INFO,
+			  "QP %u: %s: moving to ERR", qp->qp.qp_num, why);
 	__atomic_store_n(&qp->qp.state, FERRY_QPS_ERR, __ATOMIC_RELEASE);
 	if (qp->region)
 		atomic_store(&qp->region->in_error, 1);
@@ -727,7 +737,7 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 		size_t rq_bytes = (size_t)conn->peer_rq_size * conn->peer_rq_stride;
 
 		if (prod - qp->rq_cons > qp->rq_prod - qp->rq_cons) {
-			shm_rq_fatal(qp, "peer claims more deliveries than receives posted");
+			shm_rq_fatal(qp, "peer claims more deliveries than receives posted", true);
 			prod = qp->rq_cons;
 		}
 		while (got < n && qp->rq_cons != prod) {
@@ -739,7 +749,7 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 			memcpy(&d, shm_dq_entry(conn->peer_region->addr, rq_bytes, qp->rq_size,
 						qp->rq_cons), sizeof(d));
 			if (!shm_delivery_ok(&d, r)) {
-				shm_rq_fatal(qp, "peer wrote a malformed delivery");
+				shm_rq_fatal(qp, "peer wrote a malformed delivery", true);
 				break;
 			}
 			memset(w, 0, sizeof(*w));
@@ -755,6 +765,11 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 			}
 			qp->rq_cons++;
 			got++;
+			if (d.status != FERRY_WC_SUCCESS) {
+				/* As in IB, a receive in error takes the QP down. */
+				shm_rq_fatal(qp, ferry_wc_status_str(d.status), false);
+				break;
+			}
 		}
 	}
 	if (__atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR ||

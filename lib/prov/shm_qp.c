@@ -141,8 +141,11 @@ void shm_qp_set_error(struct shm_qp *qp, const char *why)
 
 static void shm_qp_apply_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, int mask)
 {
-	if (mask & FERRY_QP_ACCESS_FLAGS)
+	if (mask & FERRY_QP_ACCESS_FLAGS) {
 		qp->access = a->qp_access_flags;
+		if (qp->region)
+			atomic_store(&qp->region->qp_access, qp->access);
+	}
 	if (mask & FERRY_QP_PKEY_INDEX)
 		qp->pkey_index = a->pkey_index;
 	if (mask & FERRY_QP_PORT)
@@ -184,6 +187,10 @@ static int shm_qp_check_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, i
 		return EINVAL;
 	if ((mask & FERRY_QP_RNR_RETRY) && a->rnr_retry > 7)
 		return EINVAL;
+	if ((mask & FERRY_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31)
+		return EINVAL;
+	if ((mask & FERRY_QP_TIMEOUT) && a->timeout > 31)
+		return EINVAL;
 	if (next == FERRY_QPS_RTR && qp->qp.state == FERRY_QPS_INIT) {
 		if (!qp->conn) {
 			ferry_info("QP %u: RTR needs a peer: call ferry_qp_exchange first",
@@ -209,7 +216,9 @@ static void shm_qp_reset(struct shm_qp *qp)
 	qp->rq_prod = qp->rq_cons = 0;
 	pthread_mutex_unlock(&qp->rq_lock);
 	qp->sq_head = qp->sq_exec = 0;
+	qp->dq_seq = 0;
 	atomic_store(&qp->sq_retired, 0);
+	atomic_store(&qp->async_error, false);
 	qp->rnr_pending = false;
 	if (qp->conn) {
 		pthread_mutex_lock(&qp->rq_lock);	/* shm_poll_recv reads it */
