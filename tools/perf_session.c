@@ -216,7 +216,8 @@ static bool perf_server_row(struct perf_session *s)
 		perf_die("protocol error: expected TEST, got %#x", msg.type);
 	perf_msg_to_row(&msg, s->max_size, &row);
 	perf_row_describe(&row, what, sizeof(what));
-	perf_watchdog_arm(s->opts->timeout, what);
+	/* later than the client's: the client reports and kills us */
+	perf_watchdog_arm(s->opts->timeout + 5, what);
 	if (row.transport == PERF_TR_FERRY && s->ferry)
 		perf_ferry_prepare(s->ferry, &row);
 	else if (row.transport == PERF_TR_BARE && s->bare)
@@ -250,7 +251,7 @@ int perf_session_server(const struct perf_opts *opts, int ctrl_fd, int ferry_fd)
 	int bare_fd = -1;
 
 	perf_msg_recv(ctrl_fd, &hello, PERF_MSG_HELLO, NULL);
-	perf_watchdog_arm(opts->timeout, "session set-up");
+	perf_watchdog_arm(opts->timeout + 5, "session set-up");
 	if (hello.size < PERF_MIN_SIZE || hello.size > PERF_MAX_SIZE ||
 	    hello.sq_depth == 0 || hello.signal_every == 0)
 		perf_die("protocol error: bad HELLO");

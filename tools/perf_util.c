@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "perf.h"
@@ -21,12 +22,18 @@
 const char *perf_role_name = "client";
 volatile int perf_child_pid;
 
-static char perf_watchdog_what[128];
+static char perf_watchdog_msg[256];	/* written by the SIGALRM handler */
 
+/* Kill and reap the forked server (async-signal-safe). */
 static void perf_kill_child(void)
 {
-	if (perf_child_pid > 0)
-		kill(perf_child_pid, SIGKILL);
+	pid_t pid = perf_child_pid;
+
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		perf_child_pid = 0;
+	}
 }
 
 void perf_die(const char *fmt, ...)
@@ -124,14 +131,11 @@ void perf_msg_recv(int fd, struct perf_msg *msg, uint32_t type, int *fd_p)
 
 static void perf_watchdog_fire(int sig)
 {
-	static const char pre[] = PERF_PROG ": timed out in ";
 	ssize_t unused;
 
 	(void)sig;
-	unused = write(STDERR_FILENO, pre, sizeof(pre) - 1);
-	unused = write(STDERR_FILENO, perf_watchdog_what,
-		       strlen(perf_watchdog_what));
-	unused = write(STDERR_FILENO, " (peer stuck or dead?)\n", 23);
+	/* one write: the two processes may time out together */
+	unused = write(STDERR_FILENO, perf_watchdog_msg, strlen(perf_watchdog_msg));
 	(void)unused;
 	perf_kill_child();
 	_exit(1);
@@ -151,7 +155,9 @@ void perf_watchdog_arm(int seconds, const char *what)
 		sigaction(SIGALRM, &sa, NULL);
 		installed = true;
 	}
-	snprintf(perf_watchdog_what, sizeof(perf_watchdog_what), "%s", what);
+	snprintf(perf_watchdog_msg, sizeof(perf_watchdog_msg),
+		 "%s (%s): no progress for %d s in '%s' (peer stuck or dead?)\n",
+		 PERF_PROG, perf_role_name, seconds, what);
 	alarm(seconds > 0 ? (unsigned int)seconds : 0);
 }
 
