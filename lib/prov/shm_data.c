@@ -552,7 +552,7 @@ static int shm_sq_put(struct shm_qp *qp, const struct ferry_send_wr *wr)
 			p += wr->sg_list[i].length;
 		}
 		s->inline_len = (uint32_t)total;
-	} else {
+	} else if (wr->num_sge) {
 		memcpy(s->sge, wr->sg_list, sizeof(*s->sge) * (size_t)wr->num_sge);
 	}
 	qp->sq_head++;
