@@ -142,5 +142,9 @@ int main(int argc, char **argv)
 	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
 	    WEXITSTATUS(status) != 0)
 		perf_die("the ping-pong partner failed");
+	perf_bare_detach(bare);
+	munmap(map, map_size);
+	free(dst);
+	free(buf);
 	return 0;
 }

@@ -148,8 +148,9 @@ static void perf_ratio_print(const struct perf_ratio *q)
 
 	if (!q->num || !q->den) {
 		if (report.json)
-			printf("{\"test\":\"ratio\",\"op\":\"%s\",\"transport\":\"-\","
-			       "\"mode\":\"-\",\"size\":0,\"value\":null}\n", q->name);
+			printf("{\"test\":\"ratio\",\"name\":\"%s\",\"op\":\"%s\","
+			       "\"transport\":\"-\",\"mode\":\"-\",\"size\":0,"
+			       "\"value\":null}\n", q->name, q->name);
 		else
 			printf("  %-50s %8s   (rows missing from this run)\n",
 			       q->label, "n/a");
@@ -160,9 +161,10 @@ static void perf_ratio_print(const struct perf_ratio *q)
 	value = d > 0 ? n / d : 0;
 	met = q->at_most ? value <= q->target : value >= q->target;
 	if (report.json) {
-		printf("{\"test\":\"ratio\",\"op\":\"%s\",\"transport\":\"%s/%s\","
-		       "\"mode\":\"%s\",\"size\":%zu,\"value\":%.3f,"
-		       "\"target\":\"%s %.2f\",\"met\":%s}\n", q->name,
+		printf("{\"test\":\"ratio\",\"name\":\"%s\",\"op\":\"%s\","
+		       "\"transport\":\"%s/%s\",\"mode\":\"%s\",\"size\":%zu,"
+		       "\"value\":%.3f,\"target\":\"%s %.2f\",\"met\":%s}\n",
+		       q->name, q->name,
 		       perf_transport_name(q->num->transport),
 		       perf_transport_name(q->den->transport),
 		       perf_mode_name(q->num->mode), q->num->size, value,
