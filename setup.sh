@@ -218,7 +218,8 @@ check_valgrind() {
 	[ -e tests/check_ferry ] || make -j"$JOBS" tests/check_ferry
 	CK_DEFAULT_TIMEOUT=120 ./libtool --mode=execute \
 		valgrind -q --error-exitcode=1 --leak-check=full \
-		--errors-for-leak-kinds=definite --trace-children=yes \
+		--show-leak-kinds=definite --errors-for-leak-kinds=definite \
+		--trace-children=yes \
 		tests/check_ferry
 }
 
