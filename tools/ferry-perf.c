@@ -433,7 +433,9 @@ static void perf_plan_build(struct perf_plan *plan, const struct perf_opts *o)
 			perf_plan_size(plan, o, test, o->sizes[i], i == 0);
 	}
 	if (plan->nrows == 0)
-		perf_bad_arg("nothing to measure with these -t/-o/-T/--block choices");
+		perf_bad_arg("nothing to measure with these -t/-o/-T/--block choices%s",
+			     o->modes == 1u << PERF_MODE_BLOCK ?
+			     " (write latency has no completion to sleep on)" : "");
 }
 
 /* --- roles --- */
