@@ -154,23 +154,6 @@ bool ferry_block_find(const void *addr, size_t len, struct ferry_block *blk_p)
 	return found;
 }
 
-bool ferry_block_by_id(uint64_t id, struct ferry_block *blk_p)
-{
-	bool found = false;
-	size_t i;
-
-	pthread_mutex_lock(&blocks_lock);
-	for (i = 0; i < nblocks; i++) {
-		if (blocks[i].id == id) {
-			*blk_p = blocks[i];
-			found = true;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&blocks_lock);
-	return found;
-}
-
 bool ferry_block_is_own_inode(unsigned long ino)
 {
 	pid_t self = getpid();
@@ -183,4 +166,20 @@ bool ferry_block_is_own_inode(unsigned long ino)
 		found = blocks[i].ino == ino && blocks[i].owner == self;
 	pthread_mutex_unlock(&blocks_lock);
 	return found;
+}
+
+int ferry_block_dup_fd(uint64_t id)
+{
+	int fd = -1;
+	size_t i;
+
+	pthread_mutex_lock(&blocks_lock);
+	for (i = 0; i < nblocks; i++) {
+		if (blocks[i].id == id) {
+			fd = fcntl(blocks[i].fd, F_DUPFD_CLOEXEC, 0);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&blocks_lock);
+	return fd;
 }

@@ -151,7 +151,8 @@ struct ferry_block {
  * fd is only valid while the caller keeps a registration on it).
  */
 bool ferry_block_find(const void *addr, size_t len, struct ferry_block *blk_p);
-bool ferry_block_by_id(uint64_t id, struct ferry_block *blk_p);
+/* A new descriptor (CLOEXEC) of block @id's memfd, or -1 if it is gone. */
+int ferry_block_dup_fd(uint64_t id);
 /* Is @ino a block this very process allocated (not one inherited by fork)? */
 bool ferry_block_is_own_inode(unsigned long ino);
 /* Create a sealed memfd of @size bytes (rounded up to pages). -1 + errno. */

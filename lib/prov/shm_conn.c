@@ -80,15 +80,18 @@ static void shm_close_fds(int *fds, int n)
 	}
 }
 
+#define SHM_MSG_BIT(type) (1u << (type))
+
 /*
- * shm_msg_recv - receive one message with exactly @want_fds descriptors,
+ * shm_msg_recv - receive one message of one of the @types (a mask of
+ * SHM_MSG_BIT) with exactly @want_fds descriptors,
  * waiting at most @timeout_ms (-1: don't wait at all).  With @pid_p, also
  * the sender's process id as the kernel vouches for it (SO_PASSCRED must be
  * on).  Returns 0, or -1 with
  * errno: EAGAIN (nothing there), ETIMEDOUT, ECONNRESET (peer gone), EPROTO
  * (malformed: wrong size, magic, version, type or fd count).
  */
-static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t type, int *fds,
+static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
 			int want_fds, int timeout_ms, pid_t *pid_p)
 {
 	union {
@@ -140,7 +143,7 @@ static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t type, int *fds,
 	}
 	if (n != (ssize_t)sizeof(*msg) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
 	    msg->magic != SHM_MAGIC || msg->version != SHM_VERSION ||
-	    msg->type != type || ngot != want_fds) {
+	    msg->type >= 32 || !(types & SHM_MSG_BIT(msg->type)) || ngot != want_fds) {
 		ferry_warn("malformed message from peer (%zd bytes, type %u, %d fds)",
 			   n, n >= 12 ? msg->type : 0, ngot);
 		shm_close_fds(got, ngot);
@@ -247,7 +250,7 @@ static int shm_exchange_hello(struct shm_qp *qp, struct shm_conn *conn)
 	if (shm_msg_send(conn->sock, &m, fds, SHM_HELLO_FDS) < 0)
 		return -1;
 	conn->peer_pid = 0;
-	if (shm_msg_recv(conn->sock, &m, SHM_MSG_HELLO, pfds, SHM_HELLO_FDS,
+	if (shm_msg_recv(conn->sock, &m, SHM_MSG_BIT(SHM_MSG_HELLO), pfds, SHM_HELLO_FDS,
 			 SHM_EXCHANGE_TIMEOUT_MS, &conn->peer_pid) < 0)
 		return -1;
 	if (conn->peer_pid <= 0) {
@@ -277,6 +280,14 @@ static int shm_exchange_hello(struct shm_qp *qp, struct shm_conn *conn)
 	return 0;
 }
 
+static void shm_conn_take_block(struct shm_conn *conn, uint64_t id, int fd);
+static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn);
+
+/*
+ * Second round: our blocks, then our region; the peer's blocks, then its
+ * region.  Blocks go first so that when ferry_qp_exchange returns on either
+ * side, every rkey the application may already hold is reachable.
+ */
 static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 {
 	struct shm_msg m = { .type = SHM_MSG_REGION };
@@ -286,12 +297,19 @@ static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 
 	if (shm_region_create(qp, conn->peer_rq_size) < 0)
 		return -1;
+	shm_conn_announce_existing(qp, conn);
 	m.value = qp->region_size;
 	if (shm_msg_send(conn->sock, &m, &qp->region_fd, 1) < 0)
 		return -1;
-	if (shm_msg_recv(conn->sock, &m, SHM_MSG_REGION, &fd, 1, SHM_EXCHANGE_TIMEOUT_MS,
-			 NULL) < 0)
-		return -1;
+	for (;;) {
+		if (shm_msg_recv(conn->sock, &m,
+				 SHM_MSG_BIT(SHM_MSG_REGION) | SHM_MSG_BIT(SHM_MSG_BLOCK),
+				 &fd, 1, SHM_EXCHANGE_TIMEOUT_MS, NULL) < 0)
+			return -1;
+		if (m.type == SHM_MSG_REGION)
+			break;
+		shm_conn_take_block(conn, m.value, fd);
+	}
 	if (m.value != want) {
 		ferry_warn("peer's region is %llu bytes, expected %zu",
 			   (unsigned long long)m.value, want);
@@ -331,27 +349,35 @@ void shm_conn_destroy(struct shm_conn *conn)
 	free(conn);
 }
 
-/* Announce every block of the PD's remote-accessible MRs to a new peer. */
-static void shm_conn_announce_all(struct shm_qp *qp)
+/*
+ * Announce every block of the PD's remote-accessible MRs to a new peer;
+ * sq_lock held.  The table is read without the PD lock (reg_mr takes the PD
+ * lock and then our sq_lock): an MR registered too late for this scan is
+ * announced by reg_mr itself, which waits for our sq_lock and then finds
+ * qp->conn set.
+ */
+static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 {
-	struct shm_pd *spd = to_spd(qp->qp.pd);
-	struct ferry_block blk;
+	const struct shm_mr_entry *table = to_spd(qp->qp.pd)->table;
 	uint32_t i;
 
-	pthread_mutex_lock(&spd->lock);
 	for (i = 1; i < SHM_MR_TABLE_ENTRIES; i++) {
-		const struct shm_mr_entry *e = &spd->table[i];
+		const struct shm_mr_entry *e = &table[i];
+		uint64_t id;
+		int fd;
 
-		if (!atomic_load_explicit(&e->rkey, memory_order_relaxed) || !e->block_id ||
-		    !(e->access & ~FERRY_ACCESS_LOCAL_WRITE) ||
-		    !ferry_block_by_id(e->block_id, &blk))
+		if (!atomic_load_explicit(&e->rkey, memory_order_acquire) ||
+		    !(e->access & ~FERRY_ACCESS_LOCAL_WRITE))
 			continue;
-		pthread_mutex_lock(&qp->sq_lock);
-		if (qp->conn)
-			shm_conn_announce_block(qp->conn, blk.id, blk.fd);
-		pthread_mutex_unlock(&qp->sq_lock);
+		id = e->block_id;
+		if (!id)
+			continue;
+		fd = ferry_block_dup_fd(id);
+		if (fd < 0)
+			continue;	/* freed meanwhile */
+		shm_conn_announce_block(conn, id, fd);
+		close(fd);
 	}
-	pthread_mutex_unlock(&spd->lock);
 }
 
 static void shm_monitor_watch(struct shm_qp *qp);
@@ -397,7 +423,6 @@ int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 	pthread_mutex_unlock(&qp->rq_lock);
 	pthread_mutex_unlock(&qp->sq_lock);
 
-	shm_conn_announce_all(qp);
 	shm_monitor_watch(qp);
 	*peer_qpn_p = conn->peer_qpn;
 	return 0;
@@ -457,6 +482,35 @@ static struct shm_mapping *shm_conn_find_block(struct shm_conn *conn, uint64_t i
 	return NULL;
 }
 
+/* Map the peer's block @id from @fd (which this closes). */
+static void shm_conn_take_block(struct shm_conn *conn, uint64_t id, int fd)
+{
+	struct shm_mapping *map = NULL;
+
+	/* A peer in another process handing back one of our own blocks would
+	 * have us write our memory where it chooses: refuse. */
+	if (conn->peer_pid != getpid() && ferry_block_is_own_inode(ferry_fd_inode(fd)))
+		ferry_warn("peer passed back one of our own memory blocks");
+	else if (!shm_conn_find_block(conn, id))
+		map = shm_map_fd(fd, 1, PROT_READ | PROT_WRITE);
+	close(fd);
+	if (!map)
+		return;
+	if (conn->nblocks == conn->blocks_cap) {
+		uint32_t c = conn->blocks_cap ? 2 * conn->blocks_cap : 8;
+		struct shm_peer_block *b = realloc(conn->blocks, c * sizeof(*b));
+
+		if (!b) {
+			shm_unmap(map);
+			return;
+		}
+		conn->blocks = b;
+		conn->blocks_cap = c;
+	}
+	conn->blocks[conn->nblocks].id = id;
+	conn->blocks[conn->nblocks++].map = map;
+}
+
 /* Take in the block announcements waiting in the socket. */
 static void shm_conn_drain(struct shm_conn *conn)
 {
@@ -464,41 +518,15 @@ static void shm_conn_drain(struct shm_conn *conn)
 	int fd;
 
 	while (!conn->dead) {
-		struct shm_mapping *map;
-
-		if (shm_msg_recv(conn->sock, &m, SHM_MSG_BLOCK, &fd, 1, -1, NULL) < 0) {
+		if (shm_msg_recv(conn->sock, &m, SHM_MSG_BIT(SHM_MSG_BLOCK), &fd, 1, -1,
+				 NULL) < 0) {
 			if (errno == ECONNRESET)
 				conn->dead = true;
 			if (errno != EPROTO)
 				return;
 			continue;
 		}
-		/* A peer in another process handing back one of our own blocks
-		 * would have us write our memory where it chooses: refuse. */
-		if (conn->peer_pid != getpid() &&
-		    ferry_block_is_own_inode(ferry_fd_inode(fd))) {
-			ferry_warn("peer passed back one of our own memory blocks");
-			map = NULL;
-		} else {
-			map = shm_conn_find_block(conn, m.value) ? NULL :
-			      shm_map_fd(fd, 1, PROT_READ | PROT_WRITE);
-		}
-		close(fd);
-		if (!map)
-			continue;
-		if (conn->nblocks == conn->blocks_cap) {
-			uint32_t c = conn->blocks_cap ? 2 * conn->blocks_cap : 8;
-			struct shm_peer_block *b = realloc(conn->blocks, c * sizeof(*b));
-
-			if (!b) {
-				shm_unmap(map);
-				return;
-			}
-			conn->blocks = b;
-			conn->blocks_cap = c;
-		}
-		conn->blocks[conn->nblocks].id = m.value;
-		conn->blocks[conn->nblocks++].map = map;
+		shm_conn_take_block(conn, m.value, fd);
 	}
 }
 
