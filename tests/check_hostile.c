@@ -78,10 +78,18 @@ static void hostile_corrupt(struct tu_end *e, enum hostile_mode mode,
 		for (size_t i = 0; i < len; i++)
 			base[i] = (uint8_t)rand_r(seed);
 		break;
-	case HOSTILE_COUNTERS:
+	case HOSTILE_COUNTERS: {
+		size_t rq_bytes = (size_t)sqp->rq_size * sqp->rq_stride;
+		struct shm_delivery *dq = (struct shm_delivery *)(ring + rq_bytes);
+		uint32_t dq_size = reg->dq_size;
+
 		atomic_store(&reg->rq_prod, atomic_load(&reg->rq_prod) + (1ull << 40));
-		atomic_store(&reg->dq_prod, atomic_load(&reg->dq_prod) + (1ull << 20));
+		/* every delivery slot claims a sequence number far ahead */
+		if (head + rq_bytes + dq_size * sizeof(*dq) <= len)
+			for (uint32_t i = 0; i < dq_size; i++)
+				atomic_store(&dq[i].seq, sqp->dq_seq + (1ull << 20) + i);
 		break;
+	}
 	case HOSTILE_DELIVERIES: {
 		size_t rq_bytes = (size_t)sqp->rq_size * sqp->rq_stride;
 		struct shm_delivery *dq = (struct shm_delivery *)(ring + rq_bytes);
@@ -95,7 +103,11 @@ static void hostile_corrupt(struct tu_end *e, enum hostile_mode mode,
 				dq[i].imm_data = 0xdeadbeef;
 				dq[i].flags = 0xffffffffu;
 			}
-		atomic_store(&reg->dq_prod, atomic_load(&reg->dq_prod) + 3);
+		/* the next three slots look like the deliveries the parent expects */
+		if (head + rq_bytes + dq_size * sizeof(*dq) <= len && dq_size)
+			for (uint64_t k = 1; k <= 3; k++)
+				atomic_store(&dq[(sqp->dq_seq + k - 1) % dq_size].seq,
+					     sqp->dq_seq + k);
 		break;
 	}
 	case HOSTILE_RECEIVES: {

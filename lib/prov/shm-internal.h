@@ -87,8 +87,14 @@ struct shm_rsge {
 	uint64_t length;
 };
 
-/* A delivery: the initiator consumed the peer's receive number `seq`. */
+/*
+ * A delivery: the initiator consumed the peer's receive number seq - 1.
+ * seq is stored last (release): the receiver polls the slot it expects
+ * next and needs no separate producer counter, one cache line less per
+ * message.
+ */
 struct shm_delivery {
+	_Atomic uint64_t seq;
 	uint32_t opcode;	/* FERRY_WC_RECV or FERRY_WC_RECV_RDMA_WITH_IMM */
 	uint32_t status;	/* FERRY_WC_SUCCESS or FERRY_WC_LOC_LEN_ERR */
 	uint32_t byte_len;
@@ -116,7 +122,6 @@ struct shm_region {
 	_Atomic uint32_t min_rnr_timer;	/* owner's RTR attribute */
 	_Atomic uint32_t in_error;	/* owner's QP is in ERR: stop sending */
 	_Atomic uint32_t qp_access;	/* owner QP's remote access flags */
-	_Alignas(64) _Atomic uint64_t dq_prod;	/* peer receives consumed by the owner */
 	_Alignas(64) _Atomic uint32_t rnr_wait;	/* owner waits for a receive: kick it */
 };
 
@@ -283,7 +288,8 @@ struct shm_qp {
 	uint32_t sq_size;
 	uint64_t sq_head, sq_exec;
 	_Atomic uint64_t sq_retired;	/* advanced by poll_cq */
-	uint64_t dq_seq;		/* our copy of region->dq_prod */
+	uint64_t dq_seq;		/* peer receives we consumed (deliveries made) */
+	uint64_t peer_rq_known;		/* peer's rq_prod as last read: credits */
 	_Atomic bool async_error;	/* the peer broke the protocol: go to ERR */
 	int rnr_left;			/* retries left for the WR at sq_exec */
 	bool rnr_pending;		/* the WR at sq_exec waits for a receive */

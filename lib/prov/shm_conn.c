@@ -417,10 +417,13 @@ int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 		errno = e;
 		goto err_free;
 	}
-	qp->conn = conn;
+	/* shm_poll_recv reads qp->conn under the recv CQ's lock alone. */
+	pthread_mutex_lock(&to_scq(qp->qp.recv_cq)->lock);
 	pthread_mutex_lock(&qp->rq_lock);
+	qp->conn = conn;
 	shm_rq_publish(qp);	/* receives posted in INIT become visible */
 	pthread_mutex_unlock(&qp->rq_lock);
+	pthread_mutex_unlock(&to_scq(qp->qp.recv_cq)->lock);
 	pthread_mutex_unlock(&qp->sq_lock);
 
 	shm_monitor_watch(qp);
@@ -766,14 +769,14 @@ static uint64_t shm_monitor_rnr_pass(bool kicked)
 		pthread_mutex_lock(&qp->sq_lock);
 		if (qp->rnr_pending && (kicked || now >= qp->rnr_deadline_ns))
 			shm_sq_progress(qp);
-		bool still = qp->rnr_pending;
-		uint64_t deadline = qp->rnr_deadline_ns;
-		pthread_mutex_unlock(&qp->sq_lock);
+		/* Decide under sq_lock (the order shm_monitor_rnr uses), so a
+		 * sender that hits RNR again cannot be dropped from the list. */
 		pthread_mutex_lock(&mon.lock);
-		if (!still)
+		if (!qp->rnr_pending)
 			qp->in_rnr_list = false;
-		else if (deadline < next)
-			next = deadline;
+		else if (qp->rnr_deadline_ns < next)
+			next = qp->rnr_deadline_ns;
+		pthread_mutex_unlock(&qp->sq_lock);
 		if (--w->pins == 0)
 			pthread_cond_broadcast(&mon.unpinned);
 	}

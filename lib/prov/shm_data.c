@@ -192,14 +192,25 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
 
 /* --- the peer's receives --- */
 
-/* How many receives the peer has posted that we have not consumed; -1: bogus. */
+/*
+ * How many receives the peer has posted that we have not consumed; -1:
+ * bogus.  The peer's counter is read only when the credits we already know
+ * of run out: its cache line is the one the peer writes on every post_recv.
+ */
 static int64_t shm_peer_recvs(struct shm_qp *qp, struct shm_conn *conn)
 {
 	const struct shm_region *pr = conn->peer_region->addr;
-	uint64_t prod = atomic_load_explicit(&pr->rq_prod, memory_order_acquire);
-	uint64_t avail = prod - qp->dq_seq;
+	uint64_t avail = qp->peer_rq_known - qp->dq_seq;
 
-	return avail > conn->peer_rq_size ? -1 : (int64_t)avail;
+	if (avail)
+		return (int64_t)avail;
+	qp->peer_rq_known = atomic_load_explicit(&pr->rq_prod, memory_order_acquire);
+	avail = qp->peer_rq_known - qp->dq_seq;
+	if (avail > conn->peer_rq_size) {
+		qp->peer_rq_known = qp->dq_seq;
+		return -1;
+	}
+	return (int64_t)avail;
 }
 
 /* Translate the peer's receive number qp->dq_seq into target segments. */
@@ -273,7 +284,7 @@ static void shm_deliver(struct shm_qp *qp, struct shm_conn *conn, uint32_t opcod
 	d->byte_len = byte_len;
 	d->imm_data = s->imm_data;
 	d->flags = (with_imm ? SHM_DELIVERY_IMM : 0) | (solicited ? SHM_DELIVERY_SOLICITED : 0);
-	atomic_store_explicit(&qp->region->dq_prod, ++qp->dq_seq, memory_order_release);
+	atomic_store_explicit(&d->seq, ++qp->dq_seq, memory_order_release);
 	shm_notify_peer(conn, solicited || status != FERRY_WC_SUCCESS);
 }
 
@@ -726,50 +737,52 @@ static bool shm_delivery_ok(const struct shm_delivery *d, const struct shm_rwqe 
  */
 int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 {
-	struct shm_conn *conn;
+	struct shm_conn *conn = qp->conn;	/* stable: reset takes our CQ's lock */
+	size_t rq_bytes = conn ? (size_t)conn->peer_rq_size * conn->peer_rq_stride : 0;
 	int got = 0;
 
+	/* rq_cons only moves here, under the CQ lock: peek without rq_lock. */
+	if (conn && __atomic_load_n(&qp->qp.state, __ATOMIC_RELAXED) != FERRY_QPS_ERR &&
+	    !conn->dead &&
+	    atomic_load_explicit(&shm_dq_entry(conn->peer_region->addr, rq_bytes, qp->rq_size,
+					       qp->rq_cons)->seq,
+				 memory_order_relaxed) != qp->rq_cons + 1)
+		return 0;
+
 	pthread_mutex_lock(&qp->rq_lock);
-	conn = qp->conn;
-	if (conn && qp->rq_cons != qp->rq_prod) {
-		const struct shm_region *pr = conn->peer_region->addr;
-		uint64_t prod = atomic_load_explicit(&pr->dq_prod, memory_order_acquire);
-		size_t rq_bytes = (size_t)conn->peer_rq_size * conn->peer_rq_stride;
+	while (conn && got < n && qp->rq_cons != qp->rq_prod) {
+		uint32_t slot = (uint32_t)(qp->rq_cons & (qp->rq_size - 1));
+		const struct shm_rwqe *r = &qp->rq[slot];
+		struct shm_delivery *pd = shm_dq_entry(conn->peer_region->addr, rq_bytes,
+						       qp->rq_size, qp->rq_cons);
+		struct shm_delivery d;
+		struct ferry_wc *w = &wc[got];
 
-		if (prod - qp->rq_cons > qp->rq_prod - qp->rq_cons) {
-			shm_rq_fatal(qp, "peer claims more deliveries than receives posted", true);
-			prod = qp->rq_cons;
+		if (atomic_load_explicit(&pd->seq, memory_order_acquire) != qp->rq_cons + 1)
+			break;
+		memcpy((char *)&d + sizeof(d.seq), (char *)pd + sizeof(d.seq),
+		       sizeof(d) - sizeof(d.seq));
+		if (!shm_delivery_ok(&d, r)) {
+			shm_rq_fatal(qp, "peer wrote a malformed delivery", true);
+			break;
 		}
-		while (got < n && qp->rq_cons != prod) {
-			uint32_t slot = (uint32_t)(qp->rq_cons & (qp->rq_size - 1));
-			const struct shm_rwqe *r = &qp->rq[slot];
-			struct shm_delivery d;
-			struct ferry_wc *w = &wc[got];
-
-			memcpy(&d, shm_dq_entry(conn->peer_region->addr, rq_bytes, qp->rq_size,
-						qp->rq_cons), sizeof(d));
-			if (!shm_delivery_ok(&d, r)) {
-				shm_rq_fatal(qp, "peer wrote a malformed delivery", true);
-				break;
-			}
-			memset(w, 0, sizeof(*w));
-			w->wr_id = r->wr_id;
-			w->status = d.status;
-			w->opcode = d.opcode;
-			w->byte_len = d.byte_len;
-			w->qp_num = qp->qp.qp_num;
-			w->src_qp = conn->peer_qpn;
-			if (d.flags & SHM_DELIVERY_IMM) {
-				w->imm_data = d.imm_data;
-				w->wc_flags = FERRY_WC_WITH_IMM;
-			}
-			qp->rq_cons++;
-			got++;
-			if (d.status != FERRY_WC_SUCCESS) {
-				/* As in IB, a receive in error takes the QP down. */
-				shm_rq_fatal(qp, ferry_wc_status_str(d.status), false);
-				break;
-			}
+		memset(w, 0, sizeof(*w));
+		w->wr_id = r->wr_id;
+		w->status = d.status;
+		w->opcode = d.opcode;
+		w->byte_len = d.byte_len;
+		w->qp_num = qp->qp.qp_num;
+		w->src_qp = conn->peer_qpn;
+		if (d.flags & SHM_DELIVERY_IMM) {
+			w->imm_data = d.imm_data;
+			w->wc_flags = FERRY_WC_WITH_IMM;
+		}
+		qp->rq_cons++;
+		got++;
+		if (d.status != FERRY_WC_SUCCESS) {
+			/* As in IB, a receive in error takes the QP down. */
+			shm_rq_fatal(qp, ferry_wc_status_str(d.status), false);
+			break;
 		}
 	}
 	if (__atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR ||

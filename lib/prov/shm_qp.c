@@ -216,15 +216,20 @@ static void shm_qp_reset(struct shm_qp *qp)
 	qp->rq_prod = qp->rq_cons = 0;
 	pthread_mutex_unlock(&qp->rq_lock);
 	qp->sq_head = qp->sq_exec = 0;
-	qp->dq_seq = 0;
+	qp->dq_seq = qp->peer_rq_known = 0;
 	atomic_store(&qp->sq_retired, 0);
 	atomic_store(&qp->async_error, false);
 	qp->rnr_pending = false;
 	if (qp->conn) {
-		pthread_mutex_lock(&qp->rq_lock);	/* shm_poll_recv reads it */
+		struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
+
+		/* shm_poll_recv reads qp->conn under the CQ's lock alone. */
+		pthread_mutex_lock(&rcq->lock);
+		pthread_mutex_lock(&qp->rq_lock);
 		shm_conn_destroy(qp->conn);
 		qp->conn = NULL;
 		pthread_mutex_unlock(&qp->rq_lock);
+		pthread_mutex_unlock(&rcq->lock);
 	}
 	if (qp->region) {
 		munmap(qp->region, qp->region_size);
