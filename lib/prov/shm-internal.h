@@ -118,11 +118,13 @@ struct shm_region {
 	uint32_t rq_size;
 	uint32_t rq_sge;
 	uint32_t dq_size;
+	/* Written on every post_recv: alone on its cache line. */
 	_Alignas(64) _Atomic uint64_t rq_prod;	/* receives posted by the owner */
-	_Atomic uint32_t min_rnr_timer;	/* owner's RTR attribute */
+	/* Rarely written, read on every operation by the peer. */
+	_Alignas(64) _Atomic uint32_t min_rnr_timer;	/* owner's RTR attribute */
 	_Atomic uint32_t in_error;	/* owner's QP is in ERR: stop sending */
 	_Atomic uint32_t qp_access;	/* owner QP's remote access flags */
-	_Alignas(64) _Atomic uint32_t rnr_wait;	/* owner waits for a receive: kick it */
+	_Atomic uint32_t rnr_wait;	/* owner waits for a receive: kick it */
 };
 
 /* --- out-of-band messages on the AF_UNIX SOCK_SEQPACKET socket --- */
