@@ -348,6 +348,7 @@ int shm_conn_announce_block(struct shm_conn *conn, uint64_t id, int fd);
 struct shm_mapping *shm_conn_peer_block(struct shm_conn *conn, uint64_t id);
 void shm_monitor_rnr(struct shm_qp *qp);
 void shm_monitor_forget(struct shm_qp *qp);
+void shm_monitor_watch(struct shm_qp *qp);
 int shm_monitor_kick_fd(void);
 int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size);
 
@@ -360,7 +361,7 @@ int shm_destroy_qp(struct ferry_qp *qp);
 void shm_qp_set_error(struct shm_qp *qp, const char *why);	/* sq_lock held */
 void shm_qp_flush_sq(struct shm_qp *qp);			/* sq_lock held */
 
-/* shm_data.c: the data path */
+/* shm_data.c (sends) and shm_recv.c (receives): the data path */
 int shm_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr, struct ferry_send_wr **bad);
 int shm_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr, struct ferry_recv_wr **bad);
 int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc);	/* rq_lock taken */
@@ -373,6 +374,20 @@ size_t shm_region_head_size(void);
 static inline struct shm_swqe *shm_sq_slot(struct shm_qp *qp, uint64_t seq)
 {
 	return (struct shm_swqe *)(qp->sq + (seq & (qp->sq_size - 1)) * qp->sq_stride);
+}
+
+/* Where things are in a region. */
+
+static inline uint8_t *shm_rq_entry(uint8_t *region, size_t stride, uint32_t size, uint64_t seq)
+{
+	return region + shm_region_head_size() + (seq & (size - 1)) * stride;
+}
+
+static inline struct shm_delivery *shm_dq_entry(uint8_t *region, size_t rq_bytes,
+						uint32_t dq_size, uint64_t seq)
+{
+	return (struct shm_delivery *)(region + shm_region_head_size() + rq_bytes) +
+	       (seq & (dq_size - 1));
 }
 
 /* Test hook: the QP's own region, the memory its peer reads. */

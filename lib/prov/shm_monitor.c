@@ -1,0 +1,299 @@
+/*
+ * shm_monitor.c - the shm provider's monitor thread, one per process:
+ * it watches every connection's AF_UNIX socket for hang-up (the peer died
+ * or destroyed its QP: move ours to ERR within milliseconds) and retries
+ * sends that wait for a receive (RNR) when their timer expires or when the
+ * peer kicks the monitor's eventfd after posting a receive.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "shm-internal.h"
+
+struct shm_watch {
+	struct shm_qp *qp;
+	int pins;		/* the monitor is using qp: don't free it */
+	struct shm_watch *next;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t unpinned;
+	pid_t pid;		/* process that started it: restart after fork */
+	int epfd;
+	int kick_efd;
+	struct shm_watch *watches;	/* QPs with a connection or RNR wait */
+} mon = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, -1, -1, NULL };
+
+/* Timer values of min_rnr_timer's IB encoding, in microseconds. */
+static const uint32_t shm_rnr_us[32] = {
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960,
+	1280, 1920, 2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720,
+	40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520,
+};
+
+uint64_t shm_rnr_delay_ns(uint32_t code)
+{
+	return (uint64_t)shm_rnr_us[code & 31] * 1000;
+}
+
+static struct shm_watch *shm_watch_find(struct shm_qp *qp)
+{
+	struct shm_watch *w;
+
+	for (w = mon.watches; w; w = w->next)
+		if (w->qp == qp)
+			return w;
+	return NULL;
+}
+
+static void *shm_monitor_main(void *arg);
+
+/*
+ * fork: the child must not inherit mon.lock held by the parent's monitor
+ * thread, and starts its own monitor on first use (mon.pid differs).
+ */
+static void shm_monitor_atfork_prepare(void)
+{
+	pthread_mutex_lock(&mon.lock);
+}
+
+static void shm_monitor_atfork_parent(void)
+{
+	pthread_mutex_unlock(&mon.lock);
+}
+
+static void shm_monitor_atfork_child(void)
+{
+	if (mon.epfd >= 0)
+		close(mon.epfd);	/* the parent's; our own comes on first use */
+	mon.epfd = -1;
+	pthread_mutex_unlock(&mon.lock);
+}
+
+static pthread_once_t shm_atfork_once = PTHREAD_ONCE_INIT;
+
+static void shm_monitor_register_atfork(void)
+{
+	pthread_atfork(shm_monitor_atfork_prepare, shm_monitor_atfork_parent,
+		       shm_monitor_atfork_child);
+}
+
+/* Start the monitor in this process if needed; mon.lock held. */
+static int shm_monitor_start_locked(void)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	pthread_attr_t attr;
+	pthread_t tid;
+	sigset_t all, old;
+	int err;
+
+	if (mon.pid == getpid())
+		return 0;
+	pthread_once(&shm_atfork_once, shm_monitor_register_atfork);
+	/* After fork the child has the parent's fds but no thread: begin anew.
+	 * The parent's kick eventfd stays open: its peers may hold it. */
+	mon.watches = NULL;
+	mon.epfd = epoll_create1(EPOLL_CLOEXEC);
+	mon.kick_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (mon.epfd < 0 || mon.kick_efd < 0 ||
+	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, mon.kick_efd, &ev) < 0) {
+		ferry_err("starting the shm monitor: %m");
+		goto err;
+	}
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);	/* signals stay the app's */
+	err = pthread_create(&tid, &attr, shm_monitor_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	if (err) {
+		errno = err;
+		ferry_err("starting the shm monitor thread: %m");
+		goto err;
+	}
+	mon.pid = getpid();
+	return 0;
+err:
+	if (mon.epfd >= 0)
+		close(mon.epfd);
+	if (mon.kick_efd >= 0)
+		close(mon.kick_efd);
+	mon.epfd = mon.kick_efd = -1;
+	return -1;
+}
+
+int shm_monitor_kick_fd(void)
+{
+	int fd;
+
+	pthread_mutex_lock(&mon.lock);
+	fd = shm_monitor_start_locked() < 0 ? -1 : mon.kick_efd;
+	pthread_mutex_unlock(&mon.lock);
+	return fd;
+}
+
+static struct shm_watch *shm_watch_get_locked(struct shm_qp *qp)
+{
+	struct shm_watch *w = shm_watch_find(qp);
+
+	if (w)
+		return w;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->qp = qp;
+	w->next = mon.watches;
+	mon.watches = w;
+	return w;
+}
+
+void shm_monitor_watch(struct shm_qp *qp)
+{
+	struct epoll_event ev = { .events = EPOLLRDHUP, .data.ptr = qp };
+
+	pthread_mutex_lock(&mon.lock);
+	if (shm_monitor_start_locked() == 0 && shm_watch_get_locked(qp) &&
+	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, qp->conn->sock, &ev) == 0)
+		qp->conn->watched = true;
+	else
+		ferry_warn("QP %u: cannot watch the peer for hang-up: %m", qp->qp.qp_num);
+	pthread_mutex_unlock(&mon.lock);
+}
+
+/* The WR at the head of @qp's SQ waits for a receive; sq_lock held. */
+void shm_monitor_rnr(struct shm_qp *qp)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&mon.lock);
+	if (shm_monitor_start_locked() == 0 && shm_watch_get_locked(qp))
+		qp->in_rnr_list = true;
+	pthread_mutex_unlock(&mon.lock);
+	/* Let the monitor recompute its sleep. */
+	if (write(mon.kick_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		ferry_warn("waking the shm monitor: %m");
+}
+
+/*
+ * shm_monitor_forget - the QP goes away or back to RESET: stop watching it
+ * and wait until the monitor no longer uses it.  Must be called without the
+ * QP's sq_lock (the monitor takes it while the QP is pinned).
+ */
+void shm_monitor_forget(struct shm_qp *qp)
+{
+	struct shm_watch **pp, *w;
+
+	pthread_mutex_lock(&mon.lock);
+	if (mon.pid != getpid()) {
+		pthread_mutex_unlock(&mon.lock);
+		return;
+	}
+	for (pp = &mon.watches; (w = *pp); pp = &w->next) {
+		if (w->qp != qp)
+			continue;
+		while (w->pins)
+			pthread_cond_wait(&mon.unpinned, &mon.lock);
+		if (qp->conn && qp->conn->watched) {
+			epoll_ctl(mon.epfd, EPOLL_CTL_DEL, qp->conn->sock, NULL);
+			qp->conn->watched = false;
+		}
+		*pp = w->next;
+		free(w);
+		break;
+	}
+	qp->in_rnr_list = false;
+	pthread_mutex_unlock(&mon.lock);
+}
+
+static void shm_monitor_hangup(struct shm_qp *qp)
+{
+	pthread_mutex_lock(&qp->sq_lock);
+	if (qp->conn && !qp->conn->dead) {
+		qp->conn->dead = true;
+		shm_qp_set_error(qp, "peer hung up");
+	}
+	pthread_mutex_unlock(&qp->sq_lock);
+}
+
+/* Retry the RNR-waiting QPs whose timer expired, or all when kicked. */
+static uint64_t shm_monitor_rnr_pass(bool kicked)
+{
+	struct shm_watch *w;
+	uint64_t now = shm_now_ns(), next = UINT64_MAX;
+
+	for (w = mon.watches; w; w = w->next) {
+		struct shm_qp *qp = w->qp;
+
+		if (!qp->in_rnr_list)
+			continue;
+		w->pins++;
+		pthread_mutex_unlock(&mon.lock);
+		pthread_mutex_lock(&qp->sq_lock);
+		if (qp->rnr_pending && (kicked || now >= qp->rnr_deadline_ns))
+			shm_sq_progress(qp);
+		/* Decide under sq_lock (the order shm_monitor_rnr uses), so a
+		 * sender that hits RNR again cannot be dropped from the list. */
+		pthread_mutex_lock(&mon.lock);
+		if (!qp->rnr_pending)
+			qp->in_rnr_list = false;
+		else if (qp->rnr_deadline_ns < next)
+			next = qp->rnr_deadline_ns;
+		pthread_mutex_unlock(&qp->sq_lock);
+		if (--w->pins == 0)
+			pthread_cond_broadcast(&mon.unpinned);
+	}
+	return next;
+}
+
+static void *shm_monitor_main(void *arg)
+{
+	struct epoll_event evs[16];
+	uint64_t next = UINT64_MAX, count;
+	int n, i, timeout;
+
+	for (;;) {
+		bool kicked = false;
+
+		if (next == UINT64_MAX) {
+			timeout = -1;
+		} else {
+			uint64_t now = shm_now_ns();
+
+			timeout = next <= now ? 0 : (int)((next - now + 999999) / 1000000);
+		}
+		n = epoll_wait(mon.epfd, evs, 16, timeout);
+		pthread_mutex_lock(&mon.lock);
+		for (i = 0; i < n; i++) {
+			struct shm_qp *qp = evs[i].data.ptr;
+			struct shm_watch *w;
+
+			if (!qp) {
+				kicked = read(mon.kick_efd, &count, sizeof(count)) > 0 || kicked;
+				continue;
+			}
+			w = shm_watch_find(qp);
+			if (!w || !qp->conn || !qp->conn->watched)
+				continue;
+			epoll_ctl(mon.epfd, EPOLL_CTL_DEL, qp->conn->sock, NULL);
+			qp->conn->watched = false;
+			w->pins++;
+			pthread_mutex_unlock(&mon.lock);
+			shm_monitor_hangup(qp);
+			pthread_mutex_lock(&mon.lock);
+			if (--w->pins == 0)
+				pthread_cond_broadcast(&mon.unpinned);
+		}
+		next = shm_monitor_rnr_pass(kicked);
+		pthread_mutex_unlock(&mon.lock);
+	}
+	return arg;
+}

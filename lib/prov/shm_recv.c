@@ -1,0 +1,216 @@
+/*
+ * shm_recv.c - the receive side of the shm data path: post_recv publishes
+ * receives in the QP's region, shm_poll_recv turns the peer's deliveries
+ * into completions (and flushes what is left when the QP is in error).
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <string.h>
+#include <unistd.h>
+
+#include "shm-internal.h"
+
+/* Write receive @seq's translated SGEs into the region; rq_lock held. */
+static void shm_rq_write_entry(struct shm_qp *qp, uint64_t seq)
+{
+	uint32_t slot = (uint32_t)(seq & (qp->rq_size - 1));
+	uint8_t *ent = shm_rq_entry((uint8_t *)qp->region, qp->rq_stride, qp->rq_size, seq);
+	uint32_t n = qp->rq[slot].num_sge;
+
+	*(uint32_t *)ent = n;
+	memcpy(ent + 8, &qp->rq_pending[(size_t)slot * qp->cap.max_recv_sge],
+	       n * sizeof(struct shm_rsge));
+}
+
+/* Publish the receives posted before the region existed; rq_lock held. */
+void shm_rq_publish(struct shm_qp *qp)
+{
+	uint64_t seq;
+
+	for (seq = qp->rq_cons; seq < qp->rq_prod; seq++)
+		shm_rq_write_entry(qp, seq);
+	atomic_store_explicit(&qp->region->rq_prod, qp->rq_prod, memory_order_release);
+}
+
+/* Check and translate one receive WR into slot rq_prod; rq_lock held. */
+static int shm_rq_put(struct shm_qp *qp, const struct ferry_recv_wr *wr)
+{
+	struct shm_pd *spd = to_spd(qp->qp.pd);
+	uint32_t slot = (uint32_t)(qp->rq_prod & (qp->rq_size - 1));
+	struct shm_rsge *rs = &qp->rq_pending[(size_t)slot * qp->cap.max_recv_sge];
+	uint64_t total = 0;
+	int i;
+
+	if (qp->rq_prod - qp->rq_cons >= qp->cap.max_recv_wr)
+		return ENOMEM;
+	if ((uint32_t)wr->num_sge > qp->cap.max_recv_sge)
+		return EINVAL;
+	for (i = 0; i < wr->num_sge; i++) {
+		const struct ferry_sge *g = &wr->sg_list[i];
+		const struct shm_mr_entry *e = NULL;
+
+		if (g->length) {
+			e = shm_mr_lookup_local(spd, g->lkey);
+			if (!e || g->addr < e->addr || g->addr - e->addr > e->length ||
+			    g->length > e->length - (g->addr - e->addr) ||
+			    !(e->access & FERRY_ACCESS_LOCAL_WRITE))
+				return EINVAL;
+		}
+		if (e && e->block_id)
+			rs[i] = (struct shm_rsge){ e->block_id,
+						   e->block_offset + (g->addr - e->addr), g->length };
+		else
+			rs[i] = (struct shm_rsge){ 0, g->addr, g->length };
+		total += g->length;
+	}
+	qp->rq[slot] = (struct shm_rwqe){ wr->wr_id, total, (uint32_t)wr->num_sge };
+	if (qp->region)
+		shm_rq_write_entry(qp, qp->rq_prod);
+	qp->rq_prod++;
+	return 0;
+}
+
+int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_recv_wr **bad)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+	enum ferry_qp_state state;
+	uint64_t one = 1;
+	int err = 0;
+
+	pthread_mutex_lock(&qp->rq_lock);
+	state = __atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE);
+	if (state == FERRY_QPS_RESET) {
+		err = EINVAL;
+	} else {
+		for (; wr; wr = wr->next) {
+			err = shm_rq_put(qp, wr);
+			if (err)
+				break;
+		}
+	}
+	if (qp->region) {
+		struct shm_conn *conn = qp->conn;
+
+		atomic_store_explicit(&qp->region->rq_prod, qp->rq_prod, memory_order_release);
+		/* A sender waiting for a receive sleeps until kicked: pairs with
+		 * the fence in shm_sq_rnr. */
+		atomic_thread_fence(memory_order_seq_cst);
+		if (conn && atomic_load_explicit(&((struct shm_region *)conn->peer_region->addr)
+						 ->rnr_wait, memory_order_relaxed) &&
+		    write(conn->peer_kick_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			ferry_debug("kicking the peer's monitor: %m");
+	}
+	pthread_mutex_unlock(&qp->rq_lock);
+	if (state == FERRY_QPS_ERR) {
+		struct shm_cq *rcq = to_scq(fqp->recv_cq);
+
+		/* Posted to a QP in error: the poller flushes it; wake a sleeper. */
+		pthread_mutex_lock(&rcq->lock);
+		shm_cq_signal_local(rcq, true);
+		pthread_mutex_unlock(&rcq->lock);
+	}
+	if (err) {
+		*bad = wr;
+		return ERR(err);
+	}
+	return 0;
+}
+
+/*
+ * The receive side fails the connection: a receive completed in error, or
+ * the peer broke the protocol.  The send side is flushed by the next
+ * shm_sq_progress (we may not take sq_lock here).
+ */
+static void shm_rq_fatal(struct shm_qp *qp, const char *why, bool hostile)
+{
+	if (!atomic_exchange(&qp->async_error, true))
+		ferry_log(hostile ? FERRY_LOG_WARN : FERRY_LOG_INFO,
+			  "QP %u: %s: moving to ERR", qp->qp.qp_num, why);
+	__atomic_store_n(&qp->qp.state, FERRY_QPS_ERR, __ATOMIC_RELEASE);
+	if (qp->region)
+		atomic_store(&qp->region->in_error, 1);
+}
+
+static bool shm_delivery_ok(const struct shm_delivery *d, const struct shm_rwqe *r)
+{
+	if (d->status != FERRY_WC_SUCCESS && d->status != FERRY_WC_LOC_LEN_ERR)
+		return false;
+	if (d->opcode == FERRY_WC_RECV)
+		return d->status != FERRY_WC_SUCCESS || d->byte_len <= r->total_len;
+	return d->opcode == FERRY_WC_RECV_RDMA_WITH_IMM && d->status == FERRY_WC_SUCCESS &&
+	       d->byte_len <= 0x80000000u;
+}
+
+/*
+ * shm_poll_recv - completions for up to @n of @qp's receives: those the peer
+ * consumed, then, if the QP is in error, flushes.  Called with the recv CQ's
+ * lock held; takes rq_lock.
+ */
+int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
+{
+	struct shm_conn *conn = qp->conn;	/* stable: reset takes our CQ's lock */
+	size_t rq_bytes = conn ? (size_t)conn->peer_rq_size * conn->peer_rq_stride : 0;
+	int got = 0;
+
+	/* rq_cons only moves here, under the CQ lock: peek without rq_lock. */
+	if (conn && __atomic_load_n(&qp->qp.state, __ATOMIC_RELAXED) != FERRY_QPS_ERR &&
+	    !conn->dead &&
+	    atomic_load_explicit(&shm_dq_entry(conn->peer_region->addr, rq_bytes, qp->rq_size,
+					       qp->rq_cons)->seq,
+				 memory_order_relaxed) != qp->rq_cons + 1)
+		return 0;
+
+	pthread_mutex_lock(&qp->rq_lock);
+	while (conn && got < n && qp->rq_cons != qp->rq_prod) {
+		uint32_t slot = (uint32_t)(qp->rq_cons & (qp->rq_size - 1));
+		const struct shm_rwqe *r = &qp->rq[slot];
+		struct shm_delivery *pd = shm_dq_entry(conn->peer_region->addr, rq_bytes,
+						       qp->rq_size, qp->rq_cons);
+		struct shm_delivery d;
+		struct ferry_wc *w = &wc[got];
+
+		if (atomic_load_explicit(&pd->seq, memory_order_acquire) != qp->rq_cons + 1)
+			break;
+		memcpy((char *)&d + sizeof(d.seq), (char *)pd + sizeof(d.seq),
+		       sizeof(d) - sizeof(d.seq));
+		if (!shm_delivery_ok(&d, r)) {
+			shm_rq_fatal(qp, "peer wrote a malformed delivery", true);
+			break;
+		}
+		memset(w, 0, sizeof(*w));
+		w->wr_id = r->wr_id;
+		w->status = d.status;
+		w->opcode = d.opcode;
+		w->byte_len = d.byte_len;
+		w->qp_num = qp->qp.qp_num;
+		w->src_qp = conn->peer_qpn;
+		if (d.flags & SHM_DELIVERY_IMM) {
+			w->imm_data = d.imm_data;
+			w->wc_flags = FERRY_WC_WITH_IMM;
+		}
+		qp->rq_cons++;
+		got++;
+		if (d.status != FERRY_WC_SUCCESS) {
+			/* As in IB, a receive in error takes the QP down. */
+			shm_rq_fatal(qp, ferry_wc_status_str(d.status), false);
+			break;
+		}
+	}
+	if (__atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR ||
+	    (conn && conn->dead)) {
+		while (got < n && qp->rq_cons != qp->rq_prod) {
+			struct ferry_wc *w = &wc[got++];
+
+			memset(w, 0, sizeof(*w));
+			w->wr_id = qp->rq[qp->rq_cons & (qp->rq_size - 1)].wr_id;
+			w->status = FERRY_WC_WR_FLUSH_ERR;
+			w->opcode = FERRY_WC_RECV;
+			w->qp_num = qp->qp.qp_num;
+			qp->rq_cons++;
+		}
+	}
+	pthread_mutex_unlock(&qp->rq_lock);
+	return got;
+}
