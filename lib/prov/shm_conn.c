@@ -1,5 +1,5 @@
 /*
- * shm_conn.c - connecting two shm QPs, and the monitor thread.
+ * shm_conn.c - connecting two shm QPs, and memory blocks announced later.
  *
  * The exchange runs over an AF_UNIX SOCK_SEQPACKET socket in two rounds, so
  * that each side can size its region after learning the peer's queue depth:
@@ -19,11 +19,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
