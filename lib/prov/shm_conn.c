@@ -6,8 +6,11 @@
  *
  *   HELLO   qp_num, psn, rq depth and SGEs;  fds: MR table (read-only),
  *           recv CQ notify word (read-only), recv CQ eventfd, monitor kick
+ *   BLOCK   block id;                        fd: a ferry_alloc block
  *   REGION  region size;                     fd: the region (read-only)
- *   BLOCK   block id;                        fd: a ferry_alloc block (any time later)
+ *
+ * BLOCK messages go before REGION for every block already registered with
+ * remote access, and later whenever ferry_reg_mr registers a new one.
  *
  * Every message is checked for size, magic, version, type, fd count and
  * value ranges; unexpected descriptors are closed.  The socket stays open:
