@@ -184,18 +184,30 @@ run_perf() {
 # --- tests --------------------------------------------------------------------
 
 # make_check DIR: `make check` in DIR; on failure print the logs of the failing
-# tests, which automake collects in DIR/test-suite.log.
+# tests, which automake collects in DIR/test-suite.log.  Either way, say why
+# each skipped test skipped (the last line the test itself wrote to its log).
 make_check() {
-	local dir=$1
+	local dir=$1 rc=0
 	cd "$SRCDIR/$dir"
-	if ! make -j"$JOBS" check; then
-		if [ -e test-suite.log ]; then
-			echo "---- $dir/test-suite.log (first 400 lines) ----"
-			head -n 400 test-suite.log
-			echo "---- end of $dir/test-suite.log ----"
-		fi
-		return 1
+	make -j"$JOBS" check || rc=$?
+	report_skips
+	if [ "$rc" -ne 0 ] && [ -e test-suite.log ]; then
+		echo "---- $dir/test-suite.log (first 400 lines) ----"
+		head -n 400 test-suite.log
+		echo "---- end of $dir/test-suite.log ----"
 	fi
+	return "$rc"
+}
+
+# report_skips: one line per skipped test of the current build directory.
+report_skips() {
+	local trs name
+	while IFS= read -r trs; do
+		grep -q '^:test-result: SKIP' "$trs" || continue
+		name=${trs%.trs}
+		say "skipped ${name#./}: $(grep -v '^SKIP .*(exit status: 77)$' \
+			"$name.log" | tail -n 1)"
+	done < <(find . -name '*.trs' | sort)
 }
 
 check_main() {
