@@ -5,5 +5,6 @@
 #define FERRY_FERRY_H
 
 #include <ferry/verbs.h>
+#include <ferry/cm.h>
 
 #endif /* FERRY_FERRY_H */

@@ -1,0 +1,253 @@
+/*
+ * cm-internal.h - the connection manager's private objects and the
+ * interface between the CM core (cm/cm.c, cm/cm_event.c, cm/cm_thread.c,
+ * cm/cm_addr.c) and its transports (cm/cm_shm.c, later cm/cm_verbs.c).
+ *
+ * Threads.  One CM thread per process runs a libevent loop (started on
+ * first use, restarted lazily in a child after fork).  Every change of an
+ * id's state and of a transport's per-id state happens in that thread: the
+ * public calls check their arguments in the caller's thread and then run
+ * their work there with cm_thread_call(), which waits for the result.  So
+ * ids need no locks, and a transport's callbacks never race with the calls.
+ * Two things run in the caller's thread instead because they may block:
+ * QP creation (ferry_cm_create_qp, cm_transport.qp_init) and
+ * cm_transport.accept (the shm transport runs its QP exchange there).
+ *
+ * Events.  Transports report outcomes with cm_event_report(); the core
+ * queues them on the id's channel (an eventfd in semaphore mode: readable
+ * while events are queued).  A synchronous id (no channel) has a private
+ * channel its calls wait on.  One lock (cm_event_lock in cm_event.c)
+ * protects every queue and every id's count of unacknowledged events.
+ */
+#ifndef FERRY_CM_INTERNAL_H
+#define FERRY_CM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <ferry/cm.h>
+
+#include "ferry-internal.h"
+
+struct event_base;
+struct cm_id_priv;
+
+/* Life of an id, as rdma_cm's states (only what ferry needs). */
+enum cm_state {
+	CM_IDLE,
+	CM_ADDR_BOUND,		/* ferry_bind_addr done */
+	CM_ADDR_QUERY,
+	CM_ADDR_RESOLVED,
+	CM_ROUTE_QUERY,
+	CM_ROUTE_RESOLVED,
+	CM_CONNECT,		/* client: request sent, waiting for the reply */
+	CM_CONNECT_REQ,		/* server side id of an incoming request */
+	CM_ACCEPTING,		/* server: ferry_accept running */
+	CM_ESTABLISHED,
+	CM_DISCONNECT,		/* over (disconnected, rejected, failed) */
+	CM_LISTEN,
+	CM_DESTROYING,
+};
+
+/* The most transports a build can have (shm, verbs, tcp, ...). */
+#define CM_TP_MAX 4
+
+/* QP attributes the transport settled for the RTR/RTS transitions. */
+struct cm_qp_param {
+	uint8_t max_rd_atomic;		/* our initiator depth */
+	uint8_t max_dest_rd_atomic;	/* our responder resources */
+	uint8_t retry_count;
+	uint8_t rnr_retry_count;
+};
+
+/*
+ * A transport of the CM (libevent's eventop is the model): one const
+ * table per transport, listed in cm_transports[] (cm/cm_addr.c) in order
+ * of preference.  Every entry is mandatory; an operation a transport
+ * cannot do points at a function failing with ENOTSUP.
+ *
+ * Unless noted, an operation runs in the CM thread (never block there for
+ * long: callbacks of every connection of the process wait), returns 0 or
+ * -1 with errno, and reports its asynchronous outcome later with
+ * cm_event_report() / cm_id_disconnected().  The core has checked the
+ * arguments and the id's state and sets the state the call leads to.
+ * Per-id state lives in *cm_tp_data(id, tp).
+ */
+struct cm_transport {
+	const char *name;	/* as FERRY_TRANSPORT names it: "shm", "verbs" */
+
+	/* Can this transport reach @dst?  Quick and synchronous; any thread. */
+	bool (*reaches)(const struct sockaddr *dst);
+	/*
+	 * Reserve id's source address (route.addr.src_addr) for listening.
+	 * Port 0: pick one and store it there.  Fail with EADDRINUSE when
+	 * taken, or EADDRNOTAVAIL / ENODEV when this transport cannot serve
+	 * that address at all (the core then goes on without it).
+	 */
+	int (*bind)(struct cm_id_priv *id);
+	int (*listen)(struct cm_id_priv *id, int backlog);
+	/* Addresses are in id->id.route.addr; report ADDR_RESOLVED/ERROR. */
+	int (*resolve_addr)(struct cm_id_priv *id, int timeout_ms);
+	/* Report ROUTE_RESOLVED or ROUTE_ERROR. */
+	int (*resolve_route)(struct cm_id_priv *id, int timeout_ms);
+	/*
+	 * Caller's thread: move the id's new QP (id->id.qp, in RESET) to
+	 * INIT; cm_qp_to_init_default() does it with ferry's defaults.
+	 */
+	int (*qp_init)(struct cm_id_priv *id);
+	/* Report ESTABLISHED, or REJECTED / UNREACHABLE / CONNECT_ERROR. */
+	int (*connect)(struct cm_id_priv *id, const struct ferry_conn_param *param);
+	/*
+	 * Caller's thread, may block; use cm_thread_call() for loop state.
+	 * Connect the QP (cm_qp_to_rts) and report ESTABLISHED before
+	 * returning 0.  On failure the core moves the id to CM_DISCONNECT.
+	 */
+	int (*accept)(struct cm_id_priv *id, const struct ferry_conn_param *param);
+	int (*reject)(struct cm_id_priv *id, const void *pdata, uint8_t len);
+	/* Tell the peer; the core then reports DISCONNECTED locally. */
+	int (*disconnect)(struct cm_id_priv *id);
+	/* Release the transport's state of @id; tell a connected peer. */
+	void (*destroy)(struct cm_id_priv *id);
+};
+
+extern const struct cm_transport cm_shm_transport;
+#ifdef HAVE_VERBS
+extern const struct cm_transport cm_verbs_transport;
+#endif
+
+/* An event channel: the public struct, a queue, and who uses it. */
+struct cm_channel {
+	struct ferry_event_channel ch;	/* ch.fd: eventfd, EFD_SEMAPHORE */
+	pthread_cond_t cond;		/* an event was queued */
+	struct cm_event_priv *head, *tail;	/* queued, not yet retrieved */
+	unsigned int nids;		/* ids using it */
+};
+
+/* An event: the public one, and the private data it points into. */
+struct cm_event_priv {
+	struct ferry_cm_event event;
+	struct cm_event_priv *next;
+	uint8_t pdata[FERRY_MAX_PRIVATE_DATA_ACCEPT];
+};
+
+struct cm_id_priv {
+	struct ferry_cm_id id;
+	struct cm_channel *chan;	/* id.channel's, or a synchronous id's own */
+	bool sync;			/* created without a channel */
+	enum cm_state state;		/* CM thread only */
+	const struct cm_transport *tp;	/* chosen by resolve / request */
+	void *tp_data[CM_TP_MAX];	/* per transport, by cm_transports[] index */
+	bool bound;			/* ferry_bind_addr reserved src_addr */
+	struct cm_qp_param peer;	/* request ids: what the client asked */
+	unsigned int events_out;	/* reported and not acked (cm_event_lock) */
+	pthread_cond_t acked;		/* events_out dropped (cm_event_lock) */
+	bool owns_pd, owns_send_cq, owns_recv_cq;	/* ferry_cm_create_qp made them */
+};
+
+static inline struct cm_id_priv *to_cm_id(struct ferry_cm_id *id)
+{
+	return container_of(id, struct cm_id_priv, id);
+}
+
+/* --- cm_thread.c --- */
+
+/* The CM thread's event base (starting the thread if needed), or NULL. */
+struct event_base *cm_thread_base(void);
+/* Is the caller the CM thread? */
+bool cm_thread_is_self(void);
+/*
+ * cm_thread_call - run @fn(@arg) in the CM thread and wait for it; returns
+ * what @fn returned, with @fn's errno.  From the CM thread: calls @fn.
+ */
+int cm_thread_call(int (*fn)(void *arg), void *arg);
+
+/* --- cm_event.c --- */
+
+/*
+ * cm_event_report - queue an event for @id (dropped if @id is being
+ * destroyed).  @param (may be NULL) carries the peer's private data and
+ * connection parameters; for CONNECT_REQUEST @id is the new id and
+ * @listen_id its listener.  Updates id->state for the event.
+ */
+void cm_event_report(struct cm_id_priv *id, struct cm_id_priv *listen_id,
+		     enum ferry_cm_event_type type, int status,
+		     const struct ferry_conn_param *param);
+struct cm_channel *cm_channel_new(void);
+void cm_channel_free(struct cm_channel *chan);
+/* Count an id using @chan (ferry_destroy_event_channel refuses then). */
+void cm_channel_add_id(struct cm_channel *chan);
+void cm_channel_remove_id(struct cm_channel *chan);
+/*
+ * Drop the queued events of @id; for a listener also the queued
+ * CONNECT_REQUESTs on it, whose ids are destroyed.  CM thread.
+ */
+void cm_event_purge(struct cm_id_priv *id);
+/* Wait until every event of @id retrieved by the user is acked. */
+void cm_event_wait_acked(struct cm_id_priv *id);
+/*
+ * cm_sync_wait - synchronous ids: wait for the outcome of the call just
+ * made; 0 when it is @want, else -1 with errno from the event.  The event
+ * stays in id.event until the next call or destroy.  Others: returns 0.
+ */
+int cm_sync_wait(struct cm_id_priv *id, enum ferry_cm_event_type want);
+/* Synchronous ids: ack the event kept in id.event, if any. */
+void cm_sync_release(struct cm_id_priv *id);
+/* The channel's events for ferry_get_request: get and keep in the new id. */
+int cm_sync_get_request(struct cm_id_priv *listen, struct cm_id_priv **id_p);
+
+/* --- cm.c: ids --- */
+
+/* A new id for an incoming request on @listener (same channel, context). */
+struct cm_id_priv *cm_id_new_request(struct cm_id_priv *listener,
+				     const struct cm_transport *tp);
+/* Tear down an id in the CM thread (transport, queued events). */
+void cm_id_teardown(struct cm_id_priv *id);
+/* Free an id no user knows about (a request never reported). */
+void cm_id_free_unreported(struct cm_id_priv *id);
+/*
+ * cm_id_disconnected - the connection of @id is over: QP to ERR, report
+ * DISCONNECTED and, for an id with a QP, TIMEWAIT_EXIT.  CM thread.
+ */
+void cm_id_disconnected(struct cm_id_priv *id);
+
+/* The transport's per-id state slot. */
+void **cm_tp_data(struct cm_id_priv *id, const struct cm_transport *tp);
+
+/* --- cm_qp.c: the id's QP --- */
+
+int cm_qp_to_init_default(struct cm_id_priv *id);
+/* Move the id's QP from INIT through RTR to RTS, connected to @dest_qpn. */
+int cm_qp_to_rts(struct cm_id_priv *id, uint32_t dest_qpn,
+		 const struct cm_qp_param *param);
+void cm_qp_to_error(struct cm_id_priv *id);
+
+/* --- cm_addr.c: addresses and the transport table --- */
+
+extern const struct cm_transport *const cm_transports[];
+extern const size_t cm_transports_count;
+
+/* The transport FERRY_TRANSPORT forces, NULL if none; -1 ENODEV if unknown. */
+int cm_transport_forced(const struct cm_transport **tp_p);
+/* The first transport reaching @dst (or the forced one); NULL + log if none. */
+const struct cm_transport *cm_transport_for(const struct sockaddr *dst);
+/* The per-process device of @tp (opened once, kept open), NULL + errno. */
+struct ferry_context *cm_transport_context(const struct cm_transport *tp);
+
+socklen_t cm_addr_len(const struct sockaddr *sa);
+bool cm_addr_is_wildcard(const struct sockaddr *sa);
+bool cm_addr_is_loopback(const struct sockaddr *sa);
+/* Loopback, or an address of an interface of this network namespace. */
+bool cm_addr_is_local(const struct sockaddr *sa);
+uint16_t cm_addr_port(const struct sockaddr *sa);	/* host order */
+void cm_addr_set_port(struct sockaddr *sa, uint16_t port);
+/* "127.0.0.1" / "::1": the address alone, in @buf of INET6_ADDRSTRLEN. */
+const char *cm_addr_ntop(const struct sockaddr *sa, char *buf, size_t len);
+/* The wildcard address of @family with @port. */
+void cm_addr_wildcard(int family, uint16_t port, struct sockaddr_storage *ss);
+/* A port of the ephemeral range (32768..60999), pseudo-random.  CM thread. */
+uint16_t cm_addr_ephemeral_port(void);
+/* A source address for reaching @dst from this host (same family). */
+void cm_addr_source_for(const struct sockaddr *dst, struct sockaddr_storage *src);
+
+#endif /* FERRY_CM_INTERNAL_H */

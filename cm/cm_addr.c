@@ -1,0 +1,250 @@
+/*
+ * cm_addr.c - which transport reaches an address, and address helpers.
+ *
+ * Resolution asks each transport of cm_transports[], in order of
+ * preference, whether it reaches the destination: shm reaches this host
+ * (loopback, or an address of an interface of this network namespace);
+ * the verbs transport, when built and registered here, reaches what an RDMA
+ * device routes to.  FERRY_TRANSPORT=shm|verbs forces one.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include <string.h>
+
+#include "cm-internal.h"
+
+/*
+ * The transports, in order of preference.  The index of a transport here
+ * is the index of its slot in cm_id_priv.tp_data.  To add one: its const
+ * struct cm_transport in its own file, declared in cm-internal.h, and a line
+ * here (the verbs transport: `&cm_verbs_transport,` under #ifdef HAVE_VERBS).
+ */
+const struct cm_transport *const cm_transports[] = {
+	&cm_shm_transport,
+};
+const size_t cm_transports_count = FERRY_ARRAY_SIZE(cm_transports);
+
+/* Shared per-process devices, one per transport, opened on first use. */
+static struct {
+	pthread_mutex_t lock;
+	struct ferry_context *ctx[CM_TP_MAX];
+} cm_devices = { PTHREAD_MUTEX_INITIALIZER, { NULL } };
+
+static size_t cm_transport_index(const struct cm_transport *tp)
+{
+	size_t i;
+
+	for (i = 0; i < cm_transports_count; i++)
+		if (cm_transports[i] == tp)
+			break;
+	return i;
+}
+
+void **cm_tp_data(struct cm_id_priv *id, const struct cm_transport *tp)
+{
+	return &id->tp_data[cm_transport_index(tp)];
+}
+
+int cm_transport_forced(const struct cm_transport **tp_p)
+{
+	const char *name = getenv("FERRY_TRANSPORT");
+	size_t i;
+
+	*tp_p = NULL;
+	if (!name || !*name)
+		return 0;
+	for (i = 0; i < cm_transports_count; i++) {
+		if (strcmp(cm_transports[i]->name, name) == 0) {
+			*tp_p = cm_transports[i];
+			return 0;
+		}
+	}
+	ferry_info("cm: FERRY_TRANSPORT=%s names no transport of the CM in this build",
+		   name);
+	return ERR(ENODEV);
+}
+
+const struct cm_transport *cm_transport_for(const struct sockaddr *dst)
+{
+	const struct cm_transport *tp;
+	char buf[INET6_ADDRSTRLEN];
+	size_t i;
+
+	if (cm_transport_forced(&tp) < 0)
+		return NULL;
+	if (tp)
+		return tp;
+	for (i = 0; i < cm_transports_count; i++)
+		if (cm_transports[i]->reaches(dst))
+			return cm_transports[i];
+	ferry_info("cm: no transport reaches %s: it is not an address of this host "
+		   "(shm)%s", cm_addr_ntop(dst, buf, sizeof(buf)),
+#ifdef HAVE_VERBS
+		   cm_transports_count > 1 ? " and no RDMA device routes to it (verbs)" :
+		   ", and the verbs transport of the CM is not registered in this build"
+#else
+		   ", and ferry was built without the verbs transport"
+#endif
+		   );
+	errno = EHOSTUNREACH;
+	return NULL;
+}
+
+struct ferry_context *cm_transport_context(const struct cm_transport *tp)
+{
+	size_t i = cm_transport_index(tp);
+	struct ferry_context *ctx;
+
+	pthread_mutex_lock(&cm_devices.lock);
+	ctx = cm_devices.ctx[i];
+	if (!ctx) {
+		ctx = ferry_open_transport(tp->name);
+		if (!ctx)
+			ferry_info("cm: no %s device: %m", tp->name);
+		cm_devices.ctx[i] = ctx;
+	}
+	pthread_mutex_unlock(&cm_devices.lock);
+	return ctx;
+}
+
+/* --- addresses --- */
+
+socklen_t cm_addr_len(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return sizeof(struct sockaddr_in);
+	if (sa->sa_family == AF_INET6)
+		return sizeof(struct sockaddr_in6);
+	return 0;
+}
+
+bool cm_addr_is_wildcard(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return false;
+}
+
+bool cm_addr_is_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
+}
+
+static bool cm_addr_same_host(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+		      &((const struct sockaddr_in6 *)b)->sin6_addr,
+		      sizeof(struct in6_addr)) == 0;
+}
+
+bool cm_addr_is_local(const struct sockaddr *sa)
+{
+	struct ifaddrs *ifs, *ifa;
+	bool found = false;
+
+	if (cm_addr_is_loopback(sa) || cm_addr_is_wildcard(sa))
+		return true;
+	if (getifaddrs(&ifs) < 0) {
+		ferry_warn("cm: getifaddrs: %m");
+		return false;
+	}
+	for (ifa = ifs; ifa && !found; ifa = ifa->ifa_next)
+		found = ifa->ifa_addr && cm_addr_same_host(ifa->ifa_addr, sa);
+	freeifaddrs(ifs);
+	return found;
+}
+
+uint16_t cm_addr_port(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+	if (sa->sa_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+	return 0;
+}
+
+void cm_addr_set_port(struct sockaddr *sa, uint16_t port)
+{
+	if (sa->sa_family == AF_INET)
+		((struct sockaddr_in *)sa)->sin_port = htons(port);
+	else if (sa->sa_family == AF_INET6)
+		((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
+}
+
+const char *cm_addr_ntop(const struct sockaddr *sa, char *buf, size_t len)
+{
+	const void *a = sa->sa_family == AF_INET ?
+		(const void *)&((const struct sockaddr_in *)sa)->sin_addr :
+		(const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+	if ((sa->sa_family != AF_INET && sa->sa_family != AF_INET6) ||
+	    !inet_ntop(sa->sa_family, a, buf, (socklen_t)len))
+		snprintf(buf, len, "(family %d)", sa->sa_family);
+	return buf;
+}
+
+void cm_addr_wildcard(int family, uint16_t port, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	ss->ss_family = (sa_family_t)family;
+	cm_addr_set_port((struct sockaddr *)ss, port);
+	if (family == AF_INET6)
+		((struct sockaddr_in6 *)ss)->sin6_addr = in6addr_any;
+}
+
+/*
+ * On this host the destination itself is a fine source (the kernel would
+ * pick the same for a local destination); a wildcard destination means
+ * loopback, as connect(2) to INADDR_ANY does.
+ */
+void cm_addr_source_for(const struct sockaddr *dst, struct sockaddr_storage *src)
+{
+	memset(src, 0, sizeof(*src));
+	memcpy(src, dst, cm_addr_len(dst));
+	cm_addr_set_port((struct sockaddr *)src, 0);
+	if (!cm_addr_is_wildcard(dst))
+		return;
+	if (dst->sa_family == AF_INET)
+		((struct sockaddr_in *)src)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	else
+		((struct sockaddr_in6 *)src)->sin6_addr = in6addr_loopback;
+}
+
+uint16_t cm_addr_ephemeral_port(void)
+{
+	static uint32_t state;
+	static pid_t pid;
+
+	if (pid != getpid()) {	/* a child must not repeat its parent's ports */
+		pid = getpid();
+		state = (uint32_t)time(NULL) ^ ((uint32_t)pid << 16) ^ 0x9e3779b9u;
+	}
+	/* xorshift32: cheap and good enough to spread ports */
+	state ^= state << 13;
+	state ^= state >> 17;
+	state ^= state << 5;
+	return (uint16_t)(32768 + state % (60999 - 32768 + 1));
+}

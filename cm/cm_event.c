@@ -1,0 +1,373 @@
+/*
+ * cm_event.c - event channels, the event queue, get/ack, and the waiting
+ * that makes synchronous ids synchronous.
+ *
+ * A channel's fd is an eventfd in semaphore mode whose count always equals
+ * the number of queued events: an event is queued and the count raised
+ * under cm_event_lock, and taken off with the count lowered under it, so
+ * the fd polls readable exactly while events are queued and the read that
+ * lowers the count never blocks.  ferry_get_cm_event itself sleeps on a
+ * condition variable, or fails with EAGAIN when the application made the
+ * fd non-blocking (as rdma_get_cm_event does).
+ *
+ * Every id counts its events that are queued or retrieved but not acked
+ * (events_out): ferry_destroy_id drops the queued ones and waits for the
+ * others to be acked, as rdma_destroy_id does.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "cm-internal.h"
+
+/* Protects every channel's queue and every id's events_out. */
+static pthread_mutex_t cm_event_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t cm_event_once = PTHREAD_ONCE_INIT;
+
+static void cm_event_atfork_child(void)
+{
+	pthread_mutex_init(&cm_event_lock, NULL);
+}
+
+static void cm_event_init_once(void)
+{
+	pthread_atfork(NULL, NULL, cm_event_atfork_child);
+}
+
+/* --- channels --- */
+
+struct cm_channel *cm_channel_new(void)
+{
+	struct cm_channel *chan;
+
+	pthread_once(&cm_event_once, cm_event_init_once);
+	chan = calloc(1, sizeof(*chan));
+	if (!chan)
+		return NULL;
+	chan->ch.fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
+	if (chan->ch.fd < 0) {
+		ferry_warn("cm: creating an event channel: %m");
+		free(chan);
+		return NULL;
+	}
+	pthread_cond_init(&chan->cond, NULL);
+	return chan;
+}
+
+void cm_channel_free(struct cm_channel *chan)
+{
+	close(chan->ch.fd);
+	pthread_cond_destroy(&chan->cond);
+	free(chan);
+}
+
+/**
+ * ferry_create_event_channel - a channel for the events of the ids created
+ * on it.  Its fd polls readable while events are queued.
+ */
+struct ferry_event_channel *ferry_create_event_channel(void)
+{
+	struct cm_channel *chan = cm_channel_new();
+
+	return chan ? &chan->ch : NULL;
+}
+
+/**
+ * ferry_destroy_event_channel - fails with EBUSY while ids use the channel
+ * or events are queued on it.
+ */
+int ferry_destroy_event_channel(struct ferry_event_channel *channel)
+{
+	struct cm_channel *chan;
+	bool busy;
+
+	if (!channel)
+		return ERR(EINVAL);
+	chan = container_of(channel, struct cm_channel, ch);
+	pthread_mutex_lock(&cm_event_lock);
+	busy = chan->nids || chan->head;
+	pthread_mutex_unlock(&cm_event_lock);
+	if (busy)
+		return ERR(EBUSY);
+	cm_channel_free(chan);
+	return 0;
+}
+
+void cm_channel_add_id(struct cm_channel *chan)
+{
+	pthread_mutex_lock(&cm_event_lock);
+	chan->nids++;
+	pthread_mutex_unlock(&cm_event_lock);
+}
+
+void cm_channel_remove_id(struct cm_channel *chan)
+{
+	pthread_mutex_lock(&cm_event_lock);
+	chan->nids--;
+	pthread_mutex_unlock(&cm_event_lock);
+}
+
+/* --- queueing --- */
+
+/* The state an event leads its id to. */
+static void cm_event_set_state(struct cm_id_priv *id, enum ferry_cm_event_type type)
+{
+	switch (type) {
+	case FERRY_CM_EVENT_ADDR_RESOLVED:
+		id->state = CM_ADDR_RESOLVED;
+		break;
+	case FERRY_CM_EVENT_ADDR_ERROR:
+		id->state = CM_IDLE;
+		break;
+	case FERRY_CM_EVENT_ROUTE_RESOLVED:
+		id->state = CM_ROUTE_RESOLVED;
+		break;
+	case FERRY_CM_EVENT_ROUTE_ERROR:
+		id->state = CM_ADDR_RESOLVED;
+		break;
+	case FERRY_CM_EVENT_ESTABLISHED:
+		id->state = CM_ESTABLISHED;
+		break;
+	case FERRY_CM_EVENT_REJECTED:
+	case FERRY_CM_EVENT_UNREACHABLE:
+	case FERRY_CM_EVENT_CONNECT_ERROR:
+	case FERRY_CM_EVENT_DISCONNECTED:
+		id->state = CM_DISCONNECT;
+		break;
+	default:
+		break;
+	}
+}
+
+static void cm_event_copy_param(struct cm_event_priv *ev,
+				const struct ferry_conn_param *param)
+{
+	size_t len = param->private_data_len;
+
+	ev->event.param.conn = *param;
+	if (len > sizeof(ev->pdata))
+		len = sizeof(ev->pdata);
+	if (len && param->private_data)
+		memcpy(ev->pdata, param->private_data, len);
+	ev->event.param.conn.private_data = len ? ev->pdata : NULL;
+	ev->event.param.conn.private_data_len = (uint8_t)len;
+}
+
+/* Queue @ev on @chan; cm_event_lock held. */
+static void cm_event_enqueue_locked(struct cm_channel *chan, struct cm_event_priv *ev)
+{
+	uint64_t one = 1;
+
+	ev->next = NULL;
+	if (chan->tail)
+		chan->tail->next = ev;
+	else
+		chan->head = ev;
+	chan->tail = ev;
+	if (write(chan->ch.fd, &one, sizeof(one)) != sizeof(one))
+		ferry_err("cm: raising an event channel: %m");
+	pthread_cond_broadcast(&chan->cond);
+}
+
+void cm_event_report(struct cm_id_priv *id, struct cm_id_priv *listen_id,
+		     enum ferry_cm_event_type type, int status,
+		     const struct ferry_conn_param *param)
+{
+	struct cm_event_priv *ev;
+	struct cm_channel *chan;
+
+	if (id->state == CM_DESTROYING)
+		return;
+	cm_event_set_state(id, type);
+	ev = calloc(1, sizeof(*ev));
+	if (!ev) {
+		ferry_err("cm: out of memory, %s event lost", ferry_event_str(type));
+		return;
+	}
+	ev->event.id = &id->id;
+	ev->event.listen_id = listen_id ? &listen_id->id : NULL;
+	ev->event.event = type;
+	ev->event.status = status;
+	if (param)
+		cm_event_copy_param(ev, param);
+	/* A CONNECT_REQUEST waits on the listener's channel (a synchronous
+	 * listener's own), whatever channel the new id has. */
+	chan = listen_id ? listen_id->chan : id->chan;
+	ferry_debug("cm: %s (status %d)", ferry_event_str(type), status);
+	pthread_mutex_lock(&cm_event_lock);
+	id->events_out++;
+	cm_event_enqueue_locked(chan, ev);
+	pthread_mutex_unlock(&cm_event_lock);
+}
+
+/* Take @ev, the successor of *@pp, off @chan; cm_event_lock held. */
+static void cm_event_unlink_locked(struct cm_channel *chan, struct cm_event_priv **pp,
+				   struct cm_event_priv *prev)
+{
+	struct cm_event_priv *ev = *pp;
+	uint64_t one;
+
+	*pp = ev->next;
+	if (chan->tail == ev)
+		chan->tail = prev;
+	if (read(chan->ch.fd, &one, sizeof(one)) != sizeof(one))
+		ferry_err("cm: lowering an event channel: %m");
+}
+
+void cm_event_purge(struct cm_id_priv *id)
+{
+	struct cm_event_priv **pp, *ev, *prev = NULL, *orphans = NULL;
+	struct cm_channel *chan = id->chan;
+
+	pthread_mutex_lock(&cm_event_lock);
+	for (pp = &chan->head; (ev = *pp);) {
+		if (ev->event.id != &id->id && ev->event.listen_id != &id->id) {
+			prev = ev;
+			pp = &ev->next;
+			continue;
+		}
+		cm_event_unlink_locked(chan, pp, prev);
+		to_cm_id(ev->event.id)->events_out--;
+		if (ev->event.id != &id->id) {
+			ev->next = orphans;	/* a request nobody has seen */
+			orphans = ev;
+		} else {
+			free(ev);
+		}
+	}
+	pthread_mutex_unlock(&cm_event_lock);
+	while ((ev = orphans)) {
+		struct cm_id_priv *req = to_cm_id(ev->event.id);
+
+		orphans = ev->next;
+		free(ev);
+		cm_id_teardown(req);
+		cm_id_free_unreported(req);
+	}
+}
+
+void cm_event_wait_acked(struct cm_id_priv *id)
+{
+	pthread_mutex_lock(&cm_event_lock);
+	while (id->events_out)
+		pthread_cond_wait(&id->acked, &cm_event_lock);
+	pthread_mutex_unlock(&cm_event_lock);
+}
+
+/* --- get and ack --- */
+
+/**
+ * ferry_get_cm_event - the next event of @channel: waits for one, or fails
+ * with EAGAIN when the channel's fd is non-blocking and none is queued.
+ */
+int ferry_get_cm_event(struct ferry_event_channel *channel,
+		       struct ferry_cm_event **event_p)
+{
+	struct cm_channel *chan;
+	struct cm_event_priv *ev;
+
+	if (!channel || !event_p)
+		return ERR(EINVAL);
+	chan = container_of(channel, struct cm_channel, ch);
+	pthread_mutex_lock(&cm_event_lock);
+	while (!chan->head) {
+		if (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) {
+			pthread_mutex_unlock(&cm_event_lock);
+			return ERR(EAGAIN);
+		}
+		pthread_cond_wait(&chan->cond, &cm_event_lock);
+	}
+	ev = chan->head;
+	cm_event_unlink_locked(chan, &chan->head, NULL);
+	pthread_mutex_unlock(&cm_event_lock);
+	*event_p = &ev->event;
+	return 0;
+}
+
+/**
+ * ferry_ack_cm_event - release an event from ferry_get_cm_event.  Every
+ * event must be acked; ferry_destroy_id waits for the id's events.
+ */
+int ferry_ack_cm_event(struct ferry_cm_event *event)
+{
+	struct cm_event_priv *ev;
+	struct cm_id_priv *id;
+
+	if (!event || !event->id)
+		return ERR(EINVAL);
+	ev = container_of(event, struct cm_event_priv, event);
+	id = to_cm_id(event->id);
+	pthread_mutex_lock(&cm_event_lock);
+	if (--id->events_out == 0)
+		pthread_cond_broadcast(&id->acked);
+	pthread_mutex_unlock(&cm_event_lock);
+	free(ev);
+	return 0;
+}
+
+/* --- synchronous ids --- */
+
+/* errno for a synchronous call whose outcome was @ev, as librdmacm's. */
+static int cm_event_errno(const struct ferry_cm_event *ev)
+{
+	if (ev->event == FERRY_CM_EVENT_REJECTED)
+		return ECONNREFUSED;
+	return ev->status > 0 ? ev->status : EPROTO;
+}
+
+void cm_sync_release(struct cm_id_priv *id)
+{
+	struct ferry_cm_event *ev = id->id.event;
+
+	if (!ev)
+		return;
+	id->id.event = NULL;
+	ferry_ack_cm_event(ev);
+}
+
+/* Keep @ev in id.event, releasing the one kept before (after: the caller
+ * may have passed private data pointing into it). */
+static void cm_sync_keep(struct cm_id_priv *id, struct ferry_cm_event *ev)
+{
+	cm_sync_release(id);
+	id->id.event = ev;
+}
+
+int cm_sync_wait(struct cm_id_priv *id, enum ferry_cm_event_type want)
+{
+	struct ferry_cm_event *ev;
+
+	if (!id->sync)
+		return 0;
+	if (ferry_get_cm_event(&id->chan->ch, &ev) < 0)
+		return -1;
+	cm_sync_keep(id, ev);
+	if (ev->event == want)
+		return 0;
+	return ERR(cm_event_errno(ev));
+}
+
+int cm_sync_get_request(struct cm_id_priv *listen, struct cm_id_priv **id_p)
+{
+	struct ferry_cm_event *ev;
+	struct cm_id_priv *req;
+	int err;
+
+	if (ferry_get_cm_event(&listen->chan->ch, &ev) < 0)
+		return -1;
+	if (ev->event != FERRY_CM_EVENT_CONNECT_REQUEST) {
+		err = cm_event_errno(ev);
+		ferry_ack_cm_event(ev);
+		return ERR(err);
+	}
+	req = to_cm_id(ev->id);
+	cm_sync_keep(req, ev);
+	*id_p = req;
+	return 0;
+}

@@ -1,0 +1,281 @@
+/*
+ * cm_shm.c - the shm transport of the CM: connections between processes of
+ * one host (one network namespace).
+ *
+ * Rendezvous.  A bound id holds an abstract AF_UNIX SOCK_SEQPACKET socket
+ * named after its address and port, "\0ferry/cm/v1/<inet|inet6>/<addr>/
+ * <port>".  Abstract names belong to the network namespace, exactly the
+ * scope of a TCP port, and vanish with the last descriptor: a listener that
+ * dies frees its port.  A second bind of the same name is EADDRINUSE.  A
+ * client tries the specific name of the destination, then the wildcard of
+ * its family, and for IPv4 also the IPv6 wildcard (as a dual-stack TCP
+ * listener would accept it).
+ *
+ * Handshake, over the accepted socket (messages in cm_msg.h):
+ *
+ *   client                          listener (CM thread, then the user)
+ *   CONNECT_REQ  ------------------>  new id, CONNECT_REQUEST event
+ *                                     ferry_cm_create_qp, ferry_accept:
+ *                <------------------  ACCEPT (or REJECT, then close)
+ *   ferry_qp_exchange  <----------->  ferry_qp_exchange
+ *   RTR, RTS, ESTABLISHED             RTR, RTS, ESTABLISHED
+ *
+ * After the exchange the socket belongs to the shm provider as much as to
+ * us: it keeps a duplicate, watches it for hang-up and may read BLOCK
+ * messages from it.  So from then on the CM never reads it: it only
+ * watches it for EV_CLOSED (EPOLLRDHUP), and shutdown()s it to disconnect,
+ * which both providers' monitors and both CMs see.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "cm_shm.h"
+
+
+/* --- per-id state --- */
+
+struct shm_cm_id *shm_cm_state(struct cm_id_priv *id)
+{
+	return *cm_tp_data(id, &cm_shm_transport);
+}
+
+struct shm_cm_id *shm_cm_state_get(struct cm_id_priv *id)
+{
+	void **slot = cm_tp_data(id, &cm_shm_transport);
+	struct shm_cm_id *st = *slot;
+
+	if (st)
+		return st;
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return NULL;
+	st->id = id;
+	st->bind_fd = st->sock = -1;
+	*slot = st;
+	return st;
+}
+
+void shm_cm_pending_free(struct shm_cm_pending *p)
+{
+	*p->pprev = p->next;
+	if (p->next)
+		p->next->pprev = p->pprev;
+	event_free(p->ev);
+	if (p->sock >= 0)
+		close(p->sock);
+	free(p);
+}
+
+static void shm_cm_destroy(struct cm_id_priv *id)
+{
+	void **slot = cm_tp_data(id, &cm_shm_transport);
+	struct shm_cm_id *st = *slot;
+
+	if (!st)
+		return;
+	while (st->pending)
+		shm_cm_pending_free(st->pending);
+	if (st->accept_ev)
+		event_free(st->accept_ev);
+	if (st->bind_fd >= 0)
+		close(st->bind_fd);
+	shm_cm_close_sock(st);
+	free(st);
+	*slot = NULL;
+}
+
+/* --- sockets --- */
+
+uint64_t shm_cm_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+struct timeval shm_cm_tv(uint64_t ms)
+{
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+
+	return tv;
+}
+
+/* The rendezvous name of @sa (address and port). */
+void shm_cm_name(const struct sockaddr *sa, struct sockaddr_un *un, socklen_t *len_p)
+{
+	char addr[INET6_ADDRSTRLEN];
+	int n;
+
+	memset(un, 0, sizeof(*un));
+	un->sun_family = AF_UNIX;
+	n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, SHM_CM_NAME_PREFIX "/%s/%s/%u",
+		     sa->sa_family == AF_INET ? "inet" : "inet6",
+		     cm_addr_ntop(sa, addr, sizeof(addr)), cm_addr_port(sa));
+	*len_p = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+int shm_cm_socket(void)
+{
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		ferry_warn("cm: AF_UNIX socket: %m");
+	return fd;
+}
+
+/*
+ * Close the connection socket.  shutdown() first: after the QP exchange the
+ * shm provider holds a duplicate, and the peer must see the hang-up now.
+ */
+void shm_cm_close_sock(struct shm_cm_id *st)
+{
+	if (st->sock_ev) {
+		event_free(st->sock_ev);
+		st->sock_ev = NULL;
+	}
+	if (st->sock < 0)
+		return;
+	shutdown(st->sock, SHUT_RDWR);
+	close(st->sock);
+	st->sock = -1;
+}
+
+/*
+ * One record, never blocking.  Returns its length, 0 when the peer closed,
+ * or -1 with errno (EBADMSG: longer than any message, or with descriptors,
+ * which the kernel then closes for us).
+ */
+ssize_t shm_cm_recv(int sock, uint8_t *buf, size_t len)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	do
+		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n > 0 && (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+		return ERR(EBADMSG);
+	return n;
+}
+
+int shm_cm_send(int sock, const struct cm_msg *msg)
+{
+	uint8_t buf[CM_MSG_MAX_SIZE];
+	ssize_t len = cm_msg_encode(msg, buf, sizeof(buf)), n;
+
+	if (len < 0)
+		return -1;
+	do
+		n = send(sock, buf, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n != len)
+		return n < 0 ? -1 : ERR(EPROTO);
+	return 0;
+}
+
+void shm_cm_conn_param(struct ferry_conn_param *cp, const struct cm_msg *msg)
+{
+	memset(cp, 0, sizeof(*cp));
+	cp->private_data = msg->pdata;
+	cp->private_data_len = msg->pdata_len;
+	cp->responder_resources = msg->param.responder_resources;
+	cp->initiator_depth = msg->param.initiator_depth;
+	cp->flow_control = msg->param.flow_control;
+	cp->retry_count = msg->param.retry_count;
+	cp->rnr_retry_count = msg->param.rnr_retry_count;
+}
+
+void shm_cm_msg_param(struct cm_msg_param *mp, const struct ferry_conn_param *cp)
+{
+	mp->responder_resources = cp->responder_resources;
+	mp->initiator_depth = cp->initiator_depth;
+	mp->flow_control = cp->flow_control ? 1 : 0;
+	mp->retry_count = cp->retry_count;
+	mp->rnr_retry_count = cp->rnr_retry_count;
+}
+
+uint8_t shm_cm_min(uint8_t a, uint8_t b)
+{
+	return a < b ? a : b;
+}
+
+/* --- established connections: hang-up only --- */
+
+static void shm_cm_on_hangup(evutil_socket_t fd, short what, void *arg)
+{
+	struct shm_cm_id *st = arg;
+
+	ferry_debug("cm: peer of QP %u hung up",
+		    st->id->id.qp ? st->id->id.qp->qp_num : 0);
+	shm_cm_close_sock(st);
+	if (st->id->state == CM_ESTABLISHED)
+		cm_id_disconnected(st->id);
+}
+
+/* Watch an exchanged socket for hang-up, never reading it. */
+int shm_cm_watch_hangup(struct shm_cm_id *st)
+{
+	st->sock_ev = event_new(cm_thread_base(), st->sock, EV_CLOSED,
+				shm_cm_on_hangup, st);
+	if (!st->sock_ev || event_add(st->sock_ev, NULL) < 0) {
+		ferry_warn("cm: cannot watch a connection for hang-up");
+		return ERR(ENOMEM);
+	}
+	return 0;
+}
+
+
+/* --- the table --- */
+
+static bool shm_cm_reaches(const struct sockaddr *dst)
+{
+	return cm_addr_is_local(dst);
+}
+
+static int shm_cm_resolve_addr(struct cm_id_priv *id, int timeout_ms)
+{
+	cm_event_report(id, NULL, FERRY_CM_EVENT_ADDR_RESOLVED, 0, NULL);
+	return 0;
+}
+
+static int shm_cm_resolve_route(struct cm_id_priv *id, int timeout_ms)
+{
+	cm_event_report(id, NULL, FERRY_CM_EVENT_ROUTE_RESOLVED, 0, NULL);
+	return 0;
+}
+
+static int shm_cm_disconnect(struct cm_id_priv *id)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+
+	if (st)
+		shm_cm_close_sock(st);
+	return 0;
+}
+
+const struct cm_transport cm_shm_transport = {
+	.name = "shm",
+	.reaches = shm_cm_reaches,
+	.bind = shm_cm_bind,
+	.listen = shm_cm_listen,
+	.resolve_addr = shm_cm_resolve_addr,
+	.resolve_route = shm_cm_resolve_route,
+	.qp_init = cm_qp_to_init_default,
+	.connect = shm_cm_connect,
+	.accept = shm_cm_accept,
+	.reject = shm_cm_reject,
+	.disconnect = shm_cm_disconnect,
+	.destroy = shm_cm_destroy,
+};

@@ -1,0 +1,91 @@
+/*
+ * cm_shm.h - what the files of the CM's shm transport share: cm_shm.c
+ * (per-id state, sockets, the transport table), cm_shm_listen.c (bind,
+ * listen, requests, accept, reject) and cm_shm_connect.c (the client).
+ * Everything here runs in the CM thread unless said otherwise.
+ */
+#ifndef FERRY_CM_SHM_H
+#define FERRY_CM_SHM_H
+
+#include <sys/types.h>
+#include <sys/time.h>
+#include <sys/un.h>
+
+#include "cm-internal.h"
+#include "cm_msg.h"
+
+struct event;
+
+#define SHM_CM_NAME_PREFIX	"ferry/cm/v1"
+/* How long a client waits for ACCEPT or REJECT (the user may be slow). */
+#define SHM_CM_CONNECT_TIMEOUT_MS	30000
+/* How long an accepted socket may take to send its CONNECT_REQ. */
+#define SHM_CM_REQUEST_TIMEOUT_MS	10000
+/* A full listen backlog: try again after this long. */
+#define SHM_CM_RETRY_MS		2
+/* Tries of bind with port 0 before giving up. */
+#define SHM_CM_BIND_TRIES	128
+/* Connections taken per wake-up of a listener, to stay fair. */
+#define SHM_CM_ACCEPT_BATCH	64
+#define SHM_CM_MAX_NAMES	3
+
+struct shm_cm_pending;
+
+/* The shm transport's state of one id (cm_id_priv.tp_data). */
+struct shm_cm_id {
+	struct cm_id_priv *id;
+	int bind_fd;			/* holds the rendezvous name; listens after listen */
+	struct event *accept_ev;	/* bind_fd readable */
+	struct shm_cm_pending *pending;	/* accepted, waiting for CONNECT_REQ */
+	int sock;			/* the connection, -1 */
+	struct event *sock_ev;		/* reply, hang-up or retry timer */
+	/* Client: the request and where to send it. */
+	struct cm_msg_param param;
+	uint8_t req[CM_MSG_MAX_SIZE];
+	size_t req_len;
+	struct sockaddr_un names[SHM_CM_MAX_NAMES];
+	socklen_t name_lens[SHM_CM_MAX_NAMES];
+	int nnames, next_name;
+	uint64_t deadline_ms;
+};
+
+/* A connection a listener took that has not sent its request yet. */
+struct shm_cm_pending {
+	struct shm_cm_id *listener;
+	int sock;
+	struct event *ev;
+	struct shm_cm_pending *next, **pprev;
+};
+
+struct shm_cm_id *shm_cm_state(struct cm_id_priv *id);
+/* The state of @id, made if it has none yet; NULL on ENOMEM. */
+struct shm_cm_id *shm_cm_state_get(struct cm_id_priv *id);
+void shm_cm_pending_free(struct shm_cm_pending *p);
+
+uint64_t shm_cm_now_ms(void);
+struct timeval shm_cm_tv(uint64_t ms);
+/* The rendezvous name of @sa (address and port). */
+void shm_cm_name(const struct sockaddr *sa, struct sockaddr_un *un, socklen_t *len_p);
+/* A non-blocking, close-on-exec AF_UNIX SOCK_SEQPACKET socket, or -1. */
+int shm_cm_socket(void);
+/* shutdown() and close the connection socket, drop its event. */
+void shm_cm_close_sock(struct shm_cm_id *st);
+/* One record: its length, 0 at EOF, -1 + errno (EBADMSG: oversized, fds). */
+ssize_t shm_cm_recv(int sock, uint8_t *buf, size_t len);
+int shm_cm_send(int sock, const struct cm_msg *msg);
+void shm_cm_conn_param(struct ferry_conn_param *cp, const struct cm_msg *msg);
+void shm_cm_msg_param(struct cm_msg_param *mp, const struct ferry_conn_param *cp);
+uint8_t shm_cm_min(uint8_t a, uint8_t b);
+/* After the QP exchange: watch the socket for EV_CLOSED only. */
+int shm_cm_watch_hangup(struct shm_cm_id *st);
+
+/* cm_shm_listen.c */
+int shm_cm_bind(struct cm_id_priv *id);
+int shm_cm_listen(struct cm_id_priv *id, int backlog);
+int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param);
+int shm_cm_reject(struct cm_id_priv *id, const void *pdata, uint8_t len);
+
+/* cm_shm_connect.c */
+int shm_cm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param);
+
+#endif /* FERRY_CM_SHM_H */

@@ -1,0 +1,263 @@
+/*
+ * cm_shm_connect.c - the active side of the shm transport: find the
+ * listener's rendezvous socket, send CONNECT_REQ, and act on the answer.
+ *
+ * Nothing here blocks the CM thread except the QP exchange after ACCEPT
+ * (see shm_cm_client_exchange).  A destination where nothing listens is
+ * REJECTED with ECONNREFUSED at once; a listener whose backlog is full is
+ * tried again every SHM_CM_RETRY_MS until the connect timeout.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "cm_shm.h"
+
+static void shm_cm_add_name(struct shm_cm_id *st, const struct sockaddr *sa)
+{
+	struct sockaddr_un un;
+	socklen_t len;
+	int i;
+
+	shm_cm_name(sa, &un, &len);
+	for (i = 0; i < st->nnames; i++)
+		if (st->name_lens[i] == len && memcmp(&st->names[i], &un, len) == 0)
+			return;
+	if (st->nnames < SHM_CM_MAX_NAMES) {
+		st->names[st->nnames] = un;
+		st->name_lens[st->nnames++] = len;
+	}
+}
+
+/* Where a listener of @dst may be: specific, wildcard, IPv6 wildcard. */
+static void shm_cm_names_for(struct shm_cm_id *st, const struct sockaddr *dst)
+{
+	struct sockaddr_storage any;
+	uint16_t port = cm_addr_port(dst);
+
+	st->nnames = st->next_name = 0;
+	shm_cm_add_name(st, dst);
+	cm_addr_wildcard(dst->sa_family, port, &any);
+	shm_cm_add_name(st, (struct sockaddr *)&any);
+	if (dst->sa_family == AF_INET) {
+		cm_addr_wildcard(AF_INET6, port, &any);
+		shm_cm_add_name(st, (struct sockaddr *)&any);
+	}
+}
+
+static void shm_cm_fail(struct shm_cm_id *st, enum ferry_cm_event_type type, int status)
+{
+	shm_cm_close_sock(st);
+	cm_event_report(st->id, NULL, type, status, NULL);
+}
+
+/* --- the answer --- */
+
+/*
+ * ACCEPT arrived: exchange, connect the QP, watch for hang-up.
+ *
+ * Limitation: the exchange runs here, in the CM thread, and blocks it
+ * until the listener's side of the exchange answers (ferry_accept in the
+ * server's thread: normally at once, at worst the shm provider's exchange
+ * timeout).  Meanwhile no other callback of this process runs.  A server in
+ * this very process whose accepting thread waits for the CM thread (e.g.
+ * two threads accepting at once) can then stall until that timeout.
+ */
+static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *msg)
+{
+	struct cm_id_priv *id = st->id;
+	struct cm_qp_param qpp = {
+		.max_rd_atomic = shm_cm_min(st->param.initiator_depth,
+					    msg->param.responder_resources),
+		.max_dest_rd_atomic = st->param.responder_resources,
+		.retry_count = st->param.retry_count,
+		.rnr_retry_count = msg->param.rnr_retry_count,
+	};
+	struct ferry_conn_param cp;
+	uint32_t peer_qpn;
+
+	event_free(st->sock_ev);
+	st->sock_ev = NULL;
+	if (!id->id.qp) {
+		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, EINVAL);
+		return;
+	}
+	if (ferry_qp_exchange(id->id.qp, st->sock, &peer_qpn) < 0 ||
+	    cm_qp_to_rts(id, peer_qpn, &qpp) < 0) {
+		int e = errno;
+
+		ferry_info("cm: connecting QP %u to the listener's: %s", id->id.qp->qp_num,
+			   strerror(e));
+		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, e);
+		return;
+	}
+	if (shm_cm_watch_hangup(st) < 0) {
+		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, ENOMEM);
+		return;
+	}
+	shm_cm_conn_param(&cp, msg);
+	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, &cp);
+}
+
+static void shm_cm_on_reply(evutil_socket_t fd, short what, void *arg)
+{
+	struct shm_cm_id *st = arg;
+	uint8_t buf[CM_MSG_MAX_SIZE + 1];
+	struct ferry_conn_param cp;
+	struct cm_msg msg;
+	ssize_t n;
+
+	if (what & EV_TIMEOUT) {
+		ferry_info("cm: no answer from the listener in %d ms",
+			   SHM_CM_CONNECT_TIMEOUT_MS);
+		shm_cm_fail(st, FERRY_CM_EVENT_UNREACHABLE, ETIMEDOUT);
+		return;
+	}
+	n = shm_cm_recv(st->sock, buf, sizeof(buf));
+	if (n < 0 && errno == EAGAIN) {
+		uint64_t now = shm_cm_now_ms();
+		struct timeval tv = shm_cm_tv(st->deadline_ms > now ? st->deadline_ms - now : 0);
+
+		event_add(st->sock_ev, &tv);
+		return;
+	}
+	if (n <= 0) {
+		ferry_info("cm: the listener closed the connection before answering");
+		shm_cm_fail(st, FERRY_CM_EVENT_REJECTED, ECONNRESET);
+		return;
+	}
+	if (cm_msg_parse(buf, (size_t)n, &msg) < 0 || msg.type == CM_MSG_CONNECT_REQ) {
+		ferry_info("cm: malformed answer from the listener (%zd bytes)", n);
+		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, EPROTO);
+		return;
+	}
+	if (msg.type == CM_MSG_ACCEPT) {
+		shm_cm_client_exchange(st, &msg);
+		return;
+	}
+	shm_cm_conn_param(&cp, &msg);
+	shm_cm_close_sock(st);
+	cm_event_report(st->id, NULL, FERRY_CM_EVENT_REJECTED, FERRY_CM_REJ_CONSUMER_DEFINED,
+			&cp);
+}
+
+/* --- finding the listener --- */
+
+static int shm_cm_send_request(struct shm_cm_id *st, int sock)
+{
+	uint64_t now = shm_cm_now_ms();
+	struct timeval tv = shm_cm_tv(st->deadline_ms > now ? st->deadline_ms - now : 0);
+	ssize_t n;
+
+	st->sock = sock;
+	do
+		n = send(sock, st->req, st->req_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)st->req_len) {
+		ferry_info("cm: sending the request: %s", n < 0 ? strerror(errno) : "short");
+		shm_cm_fail(st, FERRY_CM_EVENT_REJECTED, ECONNRESET);
+		return 0;
+	}
+	st->sock_ev = event_new(cm_thread_base(), sock, EV_READ, shm_cm_on_reply, st);
+	if (!st->sock_ev || event_add(st->sock_ev, &tv) < 0) {
+		shm_cm_close_sock(st);
+		return ERR(ENOMEM);
+	}
+	return 0;
+}
+
+static void shm_cm_on_retry(evutil_socket_t fd, short what, void *arg);
+
+/* The listener's backlog is full: try again shortly, within the deadline. */
+static int shm_cm_retry_later(struct shm_cm_id *st)
+{
+	struct timeval tv = shm_cm_tv(SHM_CM_RETRY_MS);
+
+	if (shm_cm_now_ms() >= st->deadline_ms) {
+		ferry_info("cm: the listener's backlog stayed full");
+		cm_event_report(st->id, NULL, FERRY_CM_EVENT_UNREACHABLE, ETIMEDOUT, NULL);
+		return 0;
+	}
+	st->sock_ev = evtimer_new(cm_thread_base(), shm_cm_on_retry, st);
+	if (!st->sock_ev || evtimer_add(st->sock_ev, &tv) < 0)
+		return ERR(ENOMEM);
+	return 0;
+}
+
+/* Try the names in order; report REJECTED when none listens. */
+static int shm_cm_try_connect(struct shm_cm_id *st)
+{
+	const struct sockaddr *dst = (const struct sockaddr *)&st->id->id.route.addr.dst_addr;
+	char buf[INET6_ADDRSTRLEN];
+	int sock;
+
+	for (; st->next_name < st->nnames; st->next_name++) {
+		sock = shm_cm_socket();
+		if (sock < 0)
+			return -1;
+		if (connect(sock, (struct sockaddr *)&st->names[st->next_name],
+			    st->name_lens[st->next_name]) == 0)
+			return shm_cm_send_request(st, sock);
+		close(sock);
+		if (errno == EAGAIN)
+			return shm_cm_retry_later(st);
+		if (errno != ECONNREFUSED && errno != ENOENT)
+			ferry_info("cm: connecting to a rendezvous socket: %m");
+	}
+	ferry_info("cm: nothing listens on %s port %u (shm)",
+		   cm_addr_ntop(dst, buf, sizeof(buf)), cm_addr_port(dst));
+	cm_event_report(st->id, NULL, FERRY_CM_EVENT_REJECTED, ECONNREFUSED, NULL);
+	return 0;
+}
+
+static void shm_cm_on_retry(evutil_socket_t fd, short what, void *arg)
+{
+	struct shm_cm_id *st = arg;
+
+	event_free(st->sock_ev);	/* the timer; a new try makes what it needs */
+	st->sock_ev = NULL;
+	if (shm_cm_try_connect(st) < 0)
+		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, errno);
+}
+
+static int shm_cm_encode_request(struct shm_cm_id *st, const struct ferry_conn_param *param)
+{
+	struct cm_msg msg = { .type = CM_MSG_CONNECT_REQ };
+	const struct ferry_cm_addr *a = &st->id->id.route.addr;
+	ssize_t len;
+
+	msg.src = a->src_addr;
+	msg.dst = a->dst_addr;
+	shm_cm_msg_param(&msg.param, param);
+	msg.pdata_len = param->private_data_len;
+	if (msg.pdata_len)
+		memcpy(msg.pdata, param->private_data, msg.pdata_len);
+	len = cm_msg_encode(&msg, st->req, sizeof(st->req));
+	if (len < 0)
+		return -1;
+	st->req_len = (size_t)len;
+	st->param = msg.param;
+	return 0;
+}
+
+int shm_cm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param)
+{
+	struct shm_cm_id *st = shm_cm_state_get(id);
+
+	if (!st)
+		return ERR(ENOMEM);
+	if (st->sock >= 0 || st->sock_ev)
+		return ERR(EISCONN);
+	if (shm_cm_encode_request(st, param) < 0)
+		return -1;
+	shm_cm_names_for(st, (const struct sockaddr *)&id->id.route.addr.dst_addr);
+	st->deadline_ms = shm_cm_now_ms() + SHM_CM_CONNECT_TIMEOUT_MS;
+	return shm_cm_try_connect(st);
+}

@@ -1,0 +1,353 @@
+/*
+ * cm_shm_listen.c - the passive side of the shm transport: binding the
+ * rendezvous name, taking connections, turning a valid CONNECT_REQ into a
+ * new id and a CONNECT_REQUEST event, and accepting or rejecting it.
+ *
+ * A connection that sends anything but one well-formed CONNECT_REQ within
+ * SHM_CM_REQUEST_TIMEOUT_MS is dropped with a log line at info; the
+ * listener carries on.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "cm_shm.h"
+
+/* --- bind and listen --- */
+
+static int shm_cm_bind_name(int fd, const struct sockaddr *sa)
+{
+	struct sockaddr_un un;
+	socklen_t len;
+
+	shm_cm_name(sa, &un, &len);
+	return bind(fd, (struct sockaddr *)&un, len);
+}
+
+/* Bind @fd to the name of src_addr; port 0: the first free ephemeral one. */
+static int shm_cm_bind_port(int fd, struct sockaddr *src)
+{
+	int tries;
+
+	if (cm_addr_port(src))
+		return shm_cm_bind_name(fd, src);
+	for (tries = 0; tries < SHM_CM_BIND_TRIES; tries++) {
+		cm_addr_set_port(src, cm_addr_ephemeral_port());
+		if (shm_cm_bind_name(fd, src) == 0)
+			return 0;
+		if (errno != EADDRINUSE)
+			break;
+	}
+	cm_addr_set_port(src, 0);
+	return -1;
+}
+
+int shm_cm_bind(struct cm_id_priv *id)
+{
+	struct sockaddr *src = (struct sockaddr *)&id->id.route.addr.src_addr;
+	struct shm_cm_id *st;
+	char buf[INET6_ADDRSTRLEN];
+	int fd;
+
+	if (!cm_addr_is_local(src))
+		return ERR(EADDRNOTAVAIL);
+	fd = shm_cm_socket();
+	if (fd < 0)
+		return -1;
+	if (shm_cm_bind_port(fd, src) < 0) {
+		int e = errno;
+
+		ferry_info("cm: binding %s port %u: %s", cm_addr_ntop(src, buf, sizeof(buf)),
+			   cm_addr_port(src), strerror(e));
+		close(fd);
+		return ERR(e);
+	}
+	st = shm_cm_state_get(id);
+	if (!st) {
+		close(fd);
+		return ERR(ENOMEM);
+	}
+	st->bind_fd = fd;
+	return 0;
+}
+
+static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg);
+
+int shm_cm_listen(struct cm_id_priv *id, int backlog)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+
+	if (!st || st->bind_fd < 0)
+		return ERR(EINVAL);
+	if (listen(st->bind_fd, backlog > 0 ? backlog : SOMAXCONN) < 0) {
+		ferry_warn("cm: listen: %m");
+		return -1;
+	}
+	st->accept_ev = event_new(cm_thread_base(), st->bind_fd, EV_READ | EV_PERSIST,
+				  shm_cm_on_accept, st);
+	if (!st->accept_ev || event_add(st->accept_ev, NULL) < 0) {
+		if (st->accept_ev)
+			event_free(st->accept_ev);
+		st->accept_ev = NULL;
+		return ERR(ENOMEM);
+	}
+	return 0;
+}
+
+/* --- incoming connections --- */
+
+static void shm_cm_on_request(evutil_socket_t fd, short what, void *arg);
+
+static void shm_cm_pending_new(struct shm_cm_id *st, int sock)
+{
+	struct shm_cm_pending *p = calloc(1, sizeof(*p));
+	struct timeval tv = shm_cm_tv(SHM_CM_REQUEST_TIMEOUT_MS);
+
+	if (p)
+		p->ev = event_new(cm_thread_base(), sock, EV_READ, shm_cm_on_request, p);
+	if (!p || !p->ev || event_add(p->ev, &tv) < 0) {
+		ferry_warn("cm: out of memory, dropping a connection");
+		if (p && p->ev)
+			event_free(p->ev);
+		free(p);
+		close(sock);
+		return;
+	}
+	p->listener = st;
+	p->sock = sock;
+	p->next = st->pending;
+	if (p->next)
+		p->next->pprev = &p->next;
+	p->pprev = &st->pending;
+	st->pending = p;
+}
+
+static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg)
+{
+	struct shm_cm_id *st = arg;
+	int i, sock;
+
+	for (i = 0; i < SHM_CM_ACCEPT_BATCH; i++) {
+		sock = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (sock < 0) {
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+				ferry_warn("cm: accepting a connection: %m");
+			return;
+		}
+		shm_cm_pending_new(st, sock);
+	}
+}
+
+/* Addresses of a request id: the listener's (the one asked for if the
+ * listener is a wildcard) and the client's. */
+static void shm_cm_request_route(struct cm_id_priv *req, const struct cm_id_priv *lid,
+				 const struct cm_msg *msg)
+{
+	struct ferry_cm_addr *a = &req->id.route.addr;
+
+	a->src_addr = lid->id.route.addr.src_addr;
+	if (cm_addr_is_wildcard((const struct sockaddr *)&a->src_addr))
+		a->src_addr = msg->dst;
+	a->dst_addr = msg->src;
+}
+
+static void shm_cm_on_request_gone(evutil_socket_t fd, short what, void *arg);
+
+/* A valid CONNECT_REQ on @sock: a new id, its CONNECT_REQUEST event. */
+static int shm_cm_request(struct shm_cm_id *st, int sock, const struct cm_msg *msg)
+{
+	struct cm_id_priv *req = cm_id_new_request(st->id, &cm_shm_transport);
+	struct ferry_conn_param cp;
+	struct shm_cm_id *rst;
+
+	if (!req)
+		return -1;
+	rst = shm_cm_state_get(req);
+	if (!rst)
+		goto err_free_id;
+	rst->sock_ev = event_new(cm_thread_base(), sock, EV_READ, shm_cm_on_request_gone, rst);
+	if (!rst->sock_ev || event_add(rst->sock_ev, NULL) < 0)
+		goto err_free_state;
+	rst->sock = sock;
+	shm_cm_request_route(req, st->id, msg);
+	req->peer.max_rd_atomic = msg->param.responder_resources;
+	req->peer.max_dest_rd_atomic = msg->param.initiator_depth;
+	req->peer.retry_count = msg->param.retry_count;
+	req->peer.rnr_retry_count = msg->param.rnr_retry_count;
+	shm_cm_conn_param(&cp, msg);
+	cm_event_report(req, st->id, FERRY_CM_EVENT_CONNECT_REQUEST, 0, &cp);
+	return 0;
+
+err_free_state:
+	if (rst->sock_ev)
+		event_free(rst->sock_ev);
+	free(rst);
+err_free_id:
+	cm_id_free_unreported(req);
+	return ERR(ENOMEM);
+}
+
+/* Is @msg a request this listener may take? */
+static bool shm_cm_request_ok(const struct shm_cm_id *st, const struct cm_msg *msg)
+{
+	const struct sockaddr *src = (const struct sockaddr *)&st->id->id.route.addr.src_addr;
+
+	return msg->type == CM_MSG_CONNECT_REQ &&
+	       cm_addr_port((const struct sockaddr *)&msg->dst) == cm_addr_port(src);
+}
+
+static void shm_cm_on_request(evutil_socket_t fd, short what, void *arg)
+{
+	struct shm_cm_pending *p = arg;
+	uint8_t buf[CM_MSG_MAX_SIZE + 1];
+	struct cm_msg msg;
+	ssize_t n;
+
+	if (what & EV_TIMEOUT) {
+		ferry_info("cm: dropping a connection that sent no request");
+		shm_cm_pending_free(p);
+		return;
+	}
+	n = shm_cm_recv(p->sock, buf, sizeof(buf));
+	if (n < 0 && errno == EAGAIN) {
+		struct timeval tv = shm_cm_tv(SHM_CM_REQUEST_TIMEOUT_MS);
+
+		event_add(p->ev, &tv);
+		return;
+	}
+	if (n <= 0 || cm_msg_parse(buf, (size_t)n, &msg) < 0 ||
+	    !shm_cm_request_ok(p->listener, &msg)) {
+		ferry_info("cm: dropping a connection: %s",
+			   n == 0 ? "closed before its request" :
+			   n < 0 ? strerror(errno) : "malformed request");
+		shm_cm_pending_free(p);
+		return;
+	}
+	if (shm_cm_request(p->listener, p->sock, &msg) == 0)
+		p->sock = -1;	/* the new id has it */
+	shm_cm_pending_free(p);
+}
+
+/*
+ * The socket of a request not yet accepted became readable: the client
+ * sends nothing before our answer, so it hung up or broke the protocol.
+ * Once ferry_accept runs, the socket is its own (the state says so).
+ */
+static void shm_cm_on_request_gone(evutil_socket_t fd, short what, void *arg)
+{
+	struct shm_cm_id *st = arg;
+
+	if (st->id->state != CM_CONNECT_REQ)
+		return;
+	ferry_info("cm: the client of a pending request went away");
+	shm_cm_close_sock(st);
+	cm_event_report(st->id, NULL, FERRY_CM_EVENT_CONNECT_ERROR, ECONNRESET, NULL);
+}
+
+/* --- accept and reject --- */
+
+struct shm_cm_accept_op {
+	struct cm_id_priv *id;
+	const struct ferry_conn_param *param;
+};
+
+/* CM thread: stop watching the socket and send ACCEPT. */
+static int shm_cm_accept_begin(void *arg)
+{
+	struct shm_cm_accept_op *op = arg;
+	struct shm_cm_id *st = shm_cm_state(op->id);
+	struct cm_msg msg = { .type = CM_MSG_ACCEPT };
+
+	if (!st || st->sock < 0)
+		return ERR(ECONNRESET);
+	if (st->sock_ev) {
+		event_free(st->sock_ev);
+		st->sock_ev = NULL;
+	}
+	shm_cm_msg_param(&msg.param, op->param);
+	msg.pdata_len = op->param->private_data_len;
+	if (msg.pdata_len)
+		memcpy(msg.pdata, op->param->private_data, msg.pdata_len);
+	if (shm_cm_send(st->sock, &msg) < 0) {
+		ferry_info("cm: sending ACCEPT: %m");
+		return -1;
+	}
+	return 0;
+}
+
+/* CM thread: connected; watch for hang-up and tell the user. */
+static int shm_cm_accept_end(void *arg)
+{
+	struct cm_id_priv *id = arg;
+	struct shm_cm_id *st = shm_cm_state(id);
+
+	if (shm_cm_watch_hangup(st) < 0)
+		return -1;
+	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, NULL);
+	return 0;
+}
+
+static int shm_cm_accept_abort(void *arg)
+{
+	struct shm_cm_id *st = shm_cm_state(arg);
+
+	if (st)
+		shm_cm_close_sock(st);
+	return 0;
+}
+
+/*
+ * The caller's thread: the QP exchange waits for the client, whose side
+ * runs in its CM thread (possibly ours), so it must not run in the CM
+ * thread.  While ACCEPTING, the CM thread leaves st->sock alone.
+ */
+int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
+{
+	struct shm_cm_accept_op op = { .id = id, .param = param };
+	struct cm_qp_param qpp = {
+		.max_rd_atomic = shm_cm_min(param->initiator_depth, id->peer.max_rd_atomic),
+		.max_dest_rd_atomic = param->responder_resources,
+		.retry_count = id->peer.retry_count,
+		.rnr_retry_count = id->peer.rnr_retry_count,
+	};
+	uint32_t peer_qpn;
+	int e;
+
+	if (cm_thread_call(shm_cm_accept_begin, &op) < 0)
+		goto err_abort;
+	if (ferry_qp_exchange(id->id.qp, shm_cm_state(id)->sock, &peer_qpn) < 0) {
+		ferry_info("cm: QP exchange with the client: %m");
+		goto err_abort;
+	}
+	if (cm_qp_to_rts(id, peer_qpn, &qpp) < 0 ||
+	    cm_thread_call(shm_cm_accept_end, id) < 0)
+		goto err_abort;
+	return 0;
+
+err_abort:
+	e = errno;
+	cm_thread_call(shm_cm_accept_abort, id);
+	return ERR(e);
+}
+
+int shm_cm_reject(struct cm_id_priv *id, const void *pdata, uint8_t len)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+	struct cm_msg msg = { .type = CM_MSG_REJECT, .pdata_len = len };
+
+	if (!st || st->sock < 0)
+		return 0;	/* the client is gone already */
+	if (len)
+		memcpy(msg.pdata, pdata, len);
+	if (shm_cm_send(st->sock, &msg) < 0)
+		ferry_info("cm: sending REJECT: %m");
+	shm_cm_close_sock(st);
+	return 0;
+}

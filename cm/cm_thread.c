@@ -1,0 +1,179 @@
+/*
+ * cm_thread.c - the CM thread: one libevent loop per process.
+ *
+ * Started on first use.  A child of fork() has no CM thread and inherits
+ * a loop it must not touch (its state belongs to the parent's thread): the
+ * child starts a fresh base and thread on first use, and the parent's ids
+ * are not usable there.  The thread blocks every signal, so signals stay
+ * the application's.
+ *
+ * cm_thread_call() hands a function to the loop (event_base_once, which
+ * wakes the loop from any thread) and waits for it on a condition variable.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "cm-internal.h"
+
+/* The state of the CM thread of this process. */
+static struct {
+	pthread_mutex_t lock;		/* start-up, and every call's done flag */
+	pthread_cond_t done;		/* some call finished */
+	pid_t pid;			/* process that started the thread */
+	pthread_t thread;
+	struct event_base *base;
+} cm_thr = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL };
+
+static pthread_once_t cm_thread_once = PTHREAD_ONCE_INIT;
+static bool cm_thread_threads_ok;
+
+/* A function the loop runs for a caller of cm_thread_call. */
+struct cm_call {
+	int (*fn)(void *arg);
+	void *arg;
+	int ret;
+	int err;
+	bool done;
+};
+
+/*
+ * In the child, the parent's thread does not exist: forget its base (its
+ * memory is the parent's business) and re-make the locks, which a thread
+ * of the parent may have held at fork time.
+ */
+static void cm_thread_atfork_child(void)
+{
+	pthread_mutex_init(&cm_thr.lock, NULL);
+	pthread_cond_init(&cm_thr.done, NULL);
+	cm_thr.base = NULL;
+	cm_thr.pid = 0;
+}
+
+static void cm_thread_init_once(void)
+{
+	cm_thread_threads_ok = evthread_use_pthreads() == 0;
+	if (!cm_thread_threads_ok)
+		ferry_err("cm: libevent has no pthreads support");
+	pthread_atfork(NULL, NULL, cm_thread_atfork_child);
+}
+
+static void *cm_thread_main(void *arg)
+{
+	struct event_base *base = arg;
+
+	event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY);
+	ferry_err("cm: the event loop ended");
+	return NULL;
+}
+
+/* A base with epoll's EPOLLRDHUP (EV_CLOSED): hang-ups without reading. */
+static struct event_base *cm_thread_new_base(void)
+{
+	struct event_config *cfg = event_config_new();
+	struct event_base *base;
+
+	if (!cfg)
+		return NULL;
+	event_config_require_features(cfg, EV_FEATURE_EARLY_CLOSE);
+	base = event_base_new_with_config(cfg);
+	event_config_free(cfg);
+	if (!base)
+		ferry_err("cm: no libevent backend with early-close support");
+	return base;
+}
+
+/* Start the thread in this process; cm_thr.lock held. */
+static int cm_thread_start_locked(void)
+{
+	struct event_base *base;
+	sigset_t all, old;
+	int err;
+
+	base = cm_thread_new_base();
+	if (!base)
+		return ERR(ENOMEM);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);	/* the thread inherits it */
+	err = pthread_create(&cm_thr.thread, NULL, cm_thread_main, base);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		event_base_free(base);
+		errno = err;
+		ferry_err("cm: starting the CM thread: %m");
+		return -1;
+	}
+	pthread_detach(cm_thr.thread);
+	cm_thr.base = base;
+	cm_thr.pid = getpid();
+	return 0;
+}
+
+struct event_base *cm_thread_base(void)
+{
+	struct event_base *base = NULL;
+
+	pthread_once(&cm_thread_once, cm_thread_init_once);
+	if (!cm_thread_threads_ok) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	pthread_mutex_lock(&cm_thr.lock);
+	if (cm_thr.pid == getpid() || cm_thread_start_locked() == 0)
+		base = cm_thr.base;
+	pthread_mutex_unlock(&cm_thr.lock);
+	return base;
+}
+
+bool cm_thread_is_self(void)
+{
+	return cm_thr.pid == getpid() && cm_thr.base &&
+	       pthread_equal(pthread_self(), cm_thr.thread);
+}
+
+static void cm_thread_run_call(evutil_socket_t fd, short what, void *arg)
+{
+	struct cm_call *call = arg;
+	int ret, err;
+
+	errno = 0;
+	ret = call->fn(call->arg);
+	err = errno;
+	pthread_mutex_lock(&cm_thr.lock);
+	call->ret = ret;
+	call->err = err;
+	call->done = true;
+	pthread_cond_broadcast(&cm_thr.done);
+	pthread_mutex_unlock(&cm_thr.lock);
+}
+
+int cm_thread_call(int (*fn)(void *arg), void *arg)
+{
+	struct cm_call call = { .fn = fn, .arg = arg };
+	const struct timeval now = { 0, 0 };
+	struct event_base *base;
+
+	if (cm_thread_is_self())
+		return fn(arg);
+	base = cm_thread_base();
+	if (!base)
+		return -1;
+	if (event_base_once(base, -1, EV_TIMEOUT, cm_thread_run_call, &call, &now) < 0) {
+		ferry_err("cm: cannot schedule work in the CM thread");
+		return ERR(ENOMEM);
+	}
+	pthread_mutex_lock(&cm_thr.lock);
+	while (!call.done)
+		pthread_cond_wait(&cm_thr.done, &cm_thr.lock);
+	pthread_mutex_unlock(&cm_thr.lock);
+	errno = call.err;
+	return call.ret;
+}

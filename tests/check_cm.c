@@ -1,0 +1,547 @@
+/*
+ * check_cm.c - the connection manager's API on the shm transport: event
+ * channels, connecting over IPv4 and IPv6 with private data both ways and
+ * data flowing over the QPs the CM connected, reject, refusal where nothing
+ * listens, argument limits, binds, disconnects, synchronous ids, address
+ * errors, and destroy's wait for acks.  Robustness is in check_cm_robust.c.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "check_suites.h"
+#include "cmtest.h"
+#include "testutil.h"
+
+static const char cm_hello[] = "hello from the client";
+
+/* --- channels and names --- */
+
+START_TEST(test_event_str)
+{
+	ck_assert_str_eq(ferry_event_str(FERRY_CM_EVENT_ADDR_RESOLVED),
+			 "FERRY_CM_EVENT_ADDR_RESOLVED");
+	ck_assert_str_eq(ferry_event_str(FERRY_CM_EVENT_TIMEWAIT_EXIT),
+			 "FERRY_CM_EVENT_TIMEWAIT_EXIT");
+	ck_assert_str_eq(ferry_event_str((enum ferry_cm_event_type)99), "UNKNOWN EVENT");
+}
+END_TEST
+
+START_TEST(test_channel_empty)
+{
+	struct ferry_event_channel *ch = ferry_create_event_channel();
+	struct pollfd pfd = { .events = POLLIN };
+	struct ferry_cm_event *ev;
+
+	ck_assert_ptr_nonnull(ch);
+	pfd.fd = ch->fd;
+	ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+	ck_assert_int_eq(fcntl(ch->fd, F_SETFL, O_NONBLOCK), 0);
+	ck_assert_int_eq(ferry_get_cm_event(ch, &ev), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(ferry_get_cm_event(NULL, &ev), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ferry_destroy_event_channel(ch), 0);
+}
+END_TEST
+
+START_TEST(test_channel_busy)
+{
+	struct ferry_event_channel *ch = ferry_create_event_channel();
+	struct ferry_cm_id *id;
+
+	ck_assert_int_eq(ferry_create_id(ch, &id, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_destroy_event_channel(ch), -1);
+	ck_assert_int_eq(errno, EBUSY);
+	ck_assert_int_eq(ferry_destroy_id(id), 0);
+	ck_assert_int_eq(ferry_destroy_event_channel(ch), 0);
+	ck_assert_int_eq(ferry_create_id(NULL, &id, NULL, (enum ferry_port_space)1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+/* --- connecting --- */
+
+/* Connect over @family's loopback, check events, addresses, data. */
+static void cm_connect_family(int family)
+{
+	struct cmt_end l, c, s;
+	struct sockaddr_storage dst;
+	struct ferry_cm_event *ev;
+	struct cmt_remote remote;
+	uint16_t port;
+
+	ck_assert_int_eq(cmt_listen(&l, family, &port), 0);
+	ck_assert_uint_ne(port, 0);
+	cmt_loopback(&dst, family, port);
+	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, cm_hello, sizeof(cm_hello)), 0);
+
+	/* The request carries the client's private data and addresses. */
+	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
+	ck_assert_int_eq(ev->param.conn.private_data_len, sizeof(cm_hello));
+	ck_assert_str_eq(ev->param.conn.private_data, cm_hello);
+	ck_assert_int_eq(ev->param.conn.rnr_retry_count, 7);
+	memset(&s, 0, sizeof(s));
+	s.id = ev->id;
+	ck_assert_ptr_eq(s.id->verbs, c.id->verbs);
+	ck_assert_int_eq(ferry_get_local_addr(s.id)->sa_family, family);
+	ck_assert_uint_eq(ferry_get_src_port(s.id), port);
+	ck_assert_uint_eq(ferry_get_dst_port(s.id), ferry_get_src_port(c.id));
+	ck_assert_uint_eq(ferry_get_dst_port(c.id), port);
+	ferry_ack_cm_event(ev);
+
+	ck_assert_int_eq(cmt_create_qp(s.id), 0);
+	ck_assert_int_eq(cmt_reg_buf(&s, 65536), 0);
+	ck_assert_int_eq(tu_post_recv1(s.id->qp, 1, s.buf, 4096, s.mr->lkey), 0);
+	remote = (struct cmt_remote){ (uintptr_t)s.buf, s.mr->rkey, CMT_MAGIC };
+	{
+		struct ferry_conn_param p = {
+			.private_data = &remote, .private_data_len = sizeof(remote),
+			.responder_resources = 1, .initiator_depth = 1, .rnr_retry_count = 7,
+		};
+
+		ck_assert_int_eq(ferry_accept(s.id, &p), 0);
+	}
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert_int_eq(cmt_wait(c.ch, FERRY_CM_EVENT_ESTABLISHED, &ev), 0);
+	ck_assert_int_eq(ev->param.conn.private_data_len, sizeof(remote));
+	memcpy(&remote, ev->param.conn.private_data, sizeof(remote));
+	ferry_ack_cm_event(ev);
+
+	ck_assert_int_eq(tu_qp_state(c.id->qp), FERRY_QPS_RTS);
+	ck_assert_int_eq(tu_qp_state(s.id->qp), FERRY_QPS_RTS);
+	ck_assert_int_eq(cmt_data_flow(&c, &s, &remote), 0);
+
+	cmt_close(&c);
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_DISCONNECTED), 0);
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_TIMEWAIT_EXIT), 0);
+	cmt_close(&s);
+	cmt_close(&l);
+}
+
+START_TEST(test_connect_ipv4)
+{
+	cm_connect_family(AF_INET);
+}
+END_TEST
+
+START_TEST(test_connect_ipv6)
+{
+	cm_connect_family(AF_INET6);
+}
+END_TEST
+
+/* A wildcard listener serves its family; an IPv6 one serves IPv4 too. */
+START_TEST(test_wildcard_listeners)
+{
+	static const int families[] = { AF_INET, AF_INET6 };
+	unsigned int i;
+
+	for (i = 0; i < 2; i++) {
+		struct sockaddr_storage any, dst;
+		struct cmt_end l = { 0 }, c, s;
+		struct ferry_cm_event *ev;
+		uint16_t port;
+
+		memset(&any, 0, sizeof(any));
+		any.ss_family = (sa_family_t)families[i];
+		if (families[i] == AF_INET6)
+			((struct sockaddr_in6 *)&any)->sin6_addr = in6addr_any;
+		l.ch = ferry_create_event_channel();
+		ck_assert_int_eq(ferry_create_id(l.ch, &l.id, &l, FERRY_PS_TCP), 0);
+		ck_assert_int_eq(ferry_bind_addr(l.id, (struct sockaddr *)&any), 0);
+		ck_assert_int_eq(ferry_listen(l.id, 4), 0);
+		port = ferry_get_src_port(l.id);
+		cmt_loopback(&dst, AF_INET, port);	/* IPv4 both times */
+		ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
+		ck_assert_int_eq(cmt_accept(&l, &s), 0);
+		ck_assert_int_eq(cmt_wait(c.ch, FERRY_CM_EVENT_ESTABLISHED, &ev), 0);
+		ferry_ack_cm_event(ev);
+		/* The request id's local address is the one the client asked for. */
+		ck_assert_int_eq(ferry_get_local_addr(s.id)->sa_family, AF_INET);
+		cmt_close(&c);
+		cmt_close(&s);
+		cmt_close(&l);
+	}
+}
+END_TEST
+
+START_TEST(test_reject_private_data)
+{
+	static const char why[] = "go away";
+	struct cmt_end l, c;
+	struct sockaddr_storage dst;
+	struct ferry_cm_event *ev;
+	struct ferry_cm_id *req;
+	uint16_t port;
+
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	cmt_loopback(&dst, AF_INET, port);
+	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
+	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
+	req = ev->id;
+	ck_assert_int_eq(ev->param.conn.private_data_len, 0);
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(ferry_reject(req, why, sizeof(why)), 0);
+	ck_assert_int_eq(cmt_wait(c.ch, FERRY_CM_EVENT_REJECTED, &ev), 0);
+	ck_assert_int_eq(ev->status, FERRY_CM_REJ_CONSUMER_DEFINED);
+	ck_assert_int_eq(ev->param.conn.private_data_len, sizeof(why));
+	ck_assert_str_eq(ev->param.conn.private_data, why);
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(ferry_destroy_id(req), 0);
+	cmt_close(&c);
+	cmt_close(&l);
+}
+END_TEST
+
+START_TEST(test_no_listener_refused)
+{
+	struct sockaddr_storage dst;
+	struct ferry_cm_event *ev;
+	struct cmt_end l, c;
+	uint16_t port;
+
+	/* A port that was free a moment ago: nothing listens there now. */
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	cmt_close(&l);
+	cmt_loopback(&dst, AF_INET, port);
+	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
+	ck_assert_int_eq(cmt_wait(c.ch, FERRY_CM_EVENT_REJECTED, &ev), 0);
+	ck_assert_int_eq(ev->status, ECONNREFUSED);
+	ferry_ack_cm_event(ev);
+	cmt_close(&c);
+}
+END_TEST
+
+START_TEST(test_private_data_limits)
+{
+	uint8_t big[256] = { 0 };
+	struct ferry_conn_param p = { .private_data = big };
+	struct sockaddr_storage dst;
+	struct ferry_cm_event *ev;
+	struct cmt_end l, c;
+	struct ferry_cm_id *req;
+	uint16_t port;
+
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	cmt_loopback(&dst, AF_INET, port);
+	memset(&c, 0, sizeof(c));
+	c.ch = ferry_create_event_channel();
+	ck_assert_int_eq(ferry_create_id(c.ch, &c.id, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_resolve_addr(c.id, NULL, (struct sockaddr *)&dst, 100), 0);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ADDR_RESOLVED), 0);
+	ck_assert_int_eq(ferry_resolve_route(c.id, 100), 0);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ROUTE_RESOLVED), 0);
+	ck_assert_int_eq(cmt_create_qp(c.id), 0);
+	p.private_data_len = FERRY_MAX_PRIVATE_DATA_CONNECT + 1;
+	ck_assert_int_eq(ferry_connect(c.id, &p), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	p.private_data_len = FERRY_MAX_PRIVATE_DATA_CONNECT;
+	p.rnr_retry_count = 7;
+	ck_assert_int_eq(ferry_connect(c.id, &p), 0);
+	ck_assert_int_eq(ferry_connect(c.id, &p), -1);	/* already connecting */
+	ck_assert_int_eq(errno, EINVAL);
+
+	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
+	ck_assert_int_eq(ev->param.conn.private_data_len, FERRY_MAX_PRIVATE_DATA_CONNECT);
+	req = ev->id;
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(cmt_create_qp(req), 0);
+	p.private_data_len = FERRY_MAX_PRIVATE_DATA_ACCEPT + 1;
+	ck_assert_int_eq(ferry_accept(req, &p), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ferry_reject(req, big, FERRY_MAX_PRIVATE_DATA_REJECT + 1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	p.private_data_len = FERRY_MAX_PRIVATE_DATA_ACCEPT;
+	ck_assert_int_eq(ferry_accept(req, &p), 0);
+	ck_assert_int_eq(cmt_wait(c.ch, FERRY_CM_EVENT_ESTABLISHED, &ev), 0);
+	ck_assert_int_eq(ev->param.conn.private_data_len, FERRY_MAX_PRIVATE_DATA_ACCEPT);
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ferry_cm_destroy_qp(req);
+	ck_assert_int_eq(ferry_destroy_id(req), 0);
+	cmt_close(&c);
+	cmt_close(&l);
+}
+END_TEST
+
+START_TEST(test_bind_addrinuse_and_port0)
+{
+	struct sockaddr_storage a, any;
+	struct ferry_cm_id *id1, *id2, *id3;
+	uint16_t port;
+
+	cmt_loopback(&a, AF_INET6, 0);
+	ck_assert_int_eq(ferry_create_id(NULL, &id1, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_create_id(NULL, &id2, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_create_id(NULL, &id3, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_bind_addr(id1, (struct sockaddr *)&a), 0);
+	port = ferry_get_src_port(id1);
+	ck_assert_uint_ge(port, 32768);
+	ck_assert_int_eq(ferry_listen(id1, 1), 0);
+	cmt_loopback(&a, AF_INET6, port);
+	ck_assert_int_eq(ferry_bind_addr(id2, (struct sockaddr *)&a), -1);
+	ck_assert_int_eq(errno, EADDRINUSE);
+	/* The same port on another address is another name. */
+	cmt_loopback(&a, AF_INET, port);
+	ck_assert_int_eq(ferry_bind_addr(id2, (struct sockaddr *)&a), 0);
+	ck_assert_int_eq(ferry_bind_addr(id2, (struct sockaddr *)&a), -1);	/* bound */
+	ck_assert_int_eq(errno, EINVAL);
+	/* Not an address of this host. */
+	memset(&any, 0, sizeof(any));
+	((struct sockaddr_in *)&any)->sin_family = AF_INET;
+	((struct sockaddr_in *)&any)->sin_addr.s_addr = inet_addr("192.0.2.1");
+	ck_assert_int_eq(ferry_bind_addr(id3, (struct sockaddr *)&any), -1);
+	ck_assert_int_eq(errno, EADDRNOTAVAIL);
+	ck_assert_int_eq(ferry_destroy_id(id1), 0);
+	/* Free again once its holder is gone. */
+	cmt_loopback(&a, AF_INET6, port);
+	ck_assert_int_eq(ferry_bind_addr(id3, (struct sockaddr *)&a), 0);
+	ck_assert_int_eq(ferry_destroy_id(id2), 0);
+	ck_assert_int_eq(ferry_destroy_id(id3), 0);
+}
+END_TEST
+
+/* Established pair @l/@c/@s on IPv4 loopback. */
+static void cm_pair(struct cmt_end *l, struct cmt_end *c, struct cmt_end *s)
+{
+	struct sockaddr_storage dst;
+	uint16_t port;
+
+	ck_assert_int_eq(cmt_listen(l, AF_INET, &port), 0);
+	cmt_loopback(&dst, AF_INET, port);
+	ck_assert_int_eq(cmt_connect(c, (struct sockaddr *)&dst, NULL, 0), 0);
+	ck_assert_int_eq(cmt_accept(l, s), 0);
+	ck_assert_int_eq(cmt_wait_ack(c->ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+}
+
+START_TEST(test_disconnect_both_sides)
+{
+	struct cmt_end l, c, s;
+	int who;
+
+	for (who = 0; who < 2; who++) {
+		struct cmt_end *first, *second;
+		struct ferry_event_channel *fch, *sch;
+
+		cm_pair(&l, &c, &s);
+		first = who ? &s : &c;
+		second = who ? &c : &s;
+		fch = who ? l.ch : c.ch;
+		sch = who ? c.ch : l.ch;
+		ck_assert_int_eq(ferry_disconnect(first->id), 0);
+		ck_assert_int_eq(tu_qp_state(first->id->qp), FERRY_QPS_ERR);
+		ck_assert_int_eq(cmt_wait_ack(fch, FERRY_CM_EVENT_DISCONNECTED), 0);
+		ck_assert_int_eq(cmt_wait_ack(fch, FERRY_CM_EVENT_TIMEWAIT_EXIT), 0);
+		ck_assert_int_eq(cmt_wait_ack(sch, FERRY_CM_EVENT_DISCONNECTED), 0);
+		ck_assert_int_eq(cmt_wait_ack(sch, FERRY_CM_EVENT_TIMEWAIT_EXIT), 0);
+		ck_assert(tu_wait_qp_state(second->id->qp, FERRY_QPS_ERR, TU_WAIT_MS));
+		/* The usual answer to DISCONNECTED is harmless. */
+		ck_assert_int_eq(ferry_disconnect(second->id), 0);
+		ck_assert_int_eq(ferry_disconnect(first->id), 0);
+		cmt_close(&c);
+		cmt_close(&s);
+		cmt_close(&l);
+	}
+}
+END_TEST
+
+/* --- synchronous ids --- */
+
+struct cm_sync_server {
+	struct ferry_cm_id *listen;
+	struct ferry_cm_id *conn;
+	int result;
+};
+
+static void *cm_sync_server_main(void *arg)
+{
+	struct cm_sync_server *srv = arg;
+	struct ferry_conn_param p = { .rnr_retry_count = 7, .private_data = "ok",
+				      .private_data_len = 3 };
+
+	srv->result = -1;
+	if (ferry_get_request(srv->listen, &srv->conn) < 0)
+		return NULL;
+	if (srv->conn->event->param.conn.private_data_len != sizeof(cm_hello) ||
+	    cmt_create_qp(srv->conn) < 0 || ferry_accept(srv->conn, &p) < 0)
+		return NULL;
+	srv->result = 0;
+	return NULL;
+}
+
+START_TEST(test_sync_ids)
+{
+	struct ferry_conn_param p = { .private_data = cm_hello,
+				      .private_data_len = sizeof(cm_hello),
+				      .rnr_retry_count = 7 };
+	struct cm_sync_server srv = { 0 };
+	struct sockaddr_storage a;
+	struct ferry_cm_id *cid;
+	pthread_t thr;
+
+	cmt_loopback(&a, AF_INET, 0);
+	ck_assert_int_eq(ferry_create_id(NULL, &srv.listen, NULL, FERRY_PS_TCP), 0);
+	ck_assert_ptr_null(srv.listen->channel);
+	ck_assert_int_eq(ferry_bind_addr(srv.listen, (struct sockaddr *)&a), 0);
+	ck_assert_int_eq(ferry_listen(srv.listen, 4), 0);
+	cmt_loopback(&a, AF_INET, ferry_get_src_port(srv.listen));
+	ck_assert_int_eq(pthread_create(&thr, NULL, cm_sync_server_main, &srv), 0);
+
+	ck_assert_int_eq(ferry_create_id(NULL, &cid, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_resolve_addr(cid, NULL, (struct sockaddr *)&a, 1000), 0);
+	ck_assert_int_eq(cid->event->event, FERRY_CM_EVENT_ADDR_RESOLVED);
+	ck_assert_int_eq(ferry_resolve_route(cid, 1000), 0);
+	ck_assert_int_eq(cmt_create_qp(cid), 0);
+	ck_assert_int_eq(ferry_connect(cid, &p), 0);
+	ck_assert_int_eq(cid->event->event, FERRY_CM_EVENT_ESTABLISHED);
+	ck_assert_str_eq(cid->event->param.conn.private_data, "ok");
+	pthread_join(thr, NULL);
+	ck_assert_int_eq(srv.result, 0);
+	ck_assert_int_eq(tu_qp_state(srv.conn->qp), FERRY_QPS_RTS);
+
+	/* A synchronous call that fails says why in errno. */
+	ck_assert_int_eq(ferry_get_request(cid, &srv.conn), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ferry_disconnect(cid), 0);
+	ck_assert(tu_wait_qp_state(srv.conn->qp, FERRY_QPS_ERR, TU_WAIT_MS));
+	ck_assert_int_eq(ferry_destroy_id(cid), 0);
+	ck_assert_int_eq(ferry_destroy_id(srv.conn), 0);
+	ck_assert_int_eq(ferry_destroy_id(srv.listen), 0);
+}
+END_TEST
+
+START_TEST(test_sync_refused)
+{
+	struct sockaddr_storage a;
+	struct ferry_cm_id *cid, *tmp;
+
+	ck_assert_int_eq(ferry_create_id(NULL, &tmp, NULL, FERRY_PS_TCP), 0);
+	cmt_loopback(&a, AF_INET, 0);
+	ck_assert_int_eq(ferry_bind_addr(tmp, (struct sockaddr *)&a), 0);
+	cmt_loopback(&a, AF_INET, ferry_get_src_port(tmp));
+	ck_assert_int_eq(ferry_destroy_id(tmp), 0);
+
+	ck_assert_int_eq(ferry_create_id(NULL, &cid, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_resolve_addr(cid, NULL, (struct sockaddr *)&a, 1000), 0);
+	ck_assert_int_eq(ferry_resolve_route(cid, 1000), 0);
+	ck_assert_int_eq(cmt_create_qp(cid), 0);
+	ck_assert_int_eq(ferry_connect(cid, NULL), -1);
+	ck_assert_int_eq(errno, ECONNREFUSED);
+	ck_assert_int_eq(cid->event->event, FERRY_CM_EVENT_REJECTED);
+	ck_assert_int_eq(ferry_destroy_id(cid), 0);
+}
+END_TEST
+
+/* --- resolution --- */
+
+START_TEST(test_addr_error_unreachable)
+{
+	struct ferry_event_channel *ch = ferry_create_event_channel();
+	struct sockaddr_in far = { .sin_family = AF_INET, .sin_port = htons(7471) };
+	struct ferry_cm_event *ev;
+	struct ferry_cm_id *id;
+
+	far.sin_addr.s_addr = inet_addr("192.0.2.1");	/* TEST-NET-1 */
+	ck_assert_int_eq(ferry_create_id(ch, &id, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_resolve_addr(id, NULL, (struct sockaddr *)&far, 100), 0);
+	ck_assert_int_eq(cmt_wait(ch, FERRY_CM_EVENT_ADDR_ERROR, &ev), 0);
+	ck_assert_int_eq(ev->status, EHOSTUNREACH);
+	ferry_ack_cm_event(ev);
+	ck_assert_ptr_null(id->verbs);
+	ck_assert_int_eq(ferry_resolve_route(id, 100), -1);	/* no address */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ferry_destroy_id(id), 0);
+
+	/* Forcing a transport the CM does not have fails resolution too. */
+	setenv("FERRY_TRANSPORT", "nosuch", 1);
+	ck_assert_int_eq(ferry_create_id(ch, &id, NULL, FERRY_PS_TCP), 0);
+	far.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(ferry_resolve_addr(id, NULL, (struct sockaddr *)&far, 100), 0);
+	ck_assert_int_eq(cmt_wait(ch, FERRY_CM_EVENT_ADDR_ERROR, &ev), 0);
+	ck_assert_int_eq(ev->status, ENODEV);
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(ferry_destroy_id(id), 0);
+	unsetenv("FERRY_TRANSPORT");
+	ck_assert_int_eq(ferry_destroy_event_channel(ch), 0);
+}
+END_TEST
+
+/* --- destroy waits for acks --- */
+
+struct cm_destroyer {
+	struct ferry_cm_id *id;
+	volatile int done;
+};
+
+static void *cm_destroy_main(void *arg)
+{
+	struct cm_destroyer *d = arg;
+
+	ferry_destroy_id(d->id);
+	d->done = 1;
+	return NULL;
+}
+
+START_TEST(test_destroy_waits_for_ack)
+{
+	struct ferry_event_channel *ch = ferry_create_event_channel();
+	struct sockaddr_storage a;
+	struct ferry_cm_event *ev;
+	struct cm_destroyer d = { 0 };
+	pthread_t thr;
+
+	cmt_loopback(&a, AF_INET, 5);
+	ck_assert_int_eq(ferry_create_id(ch, &d.id, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_resolve_addr(d.id, NULL, (struct sockaddr *)&a, 100), 0);
+	ck_assert_int_eq(cmt_wait(ch, FERRY_CM_EVENT_ADDR_RESOLVED, &ev), 0);
+	ck_assert_int_eq(pthread_create(&thr, NULL, cm_destroy_main, &d), 0);
+	tu_sleep_ms(50);
+	ck_assert_int_eq(d.done, 0);	/* still waiting for our ack */
+	ck_assert_int_eq(ferry_ack_cm_event(ev), 0);
+	pthread_join(thr, NULL);
+	ck_assert_int_eq(d.done, 1);
+	ck_assert_int_eq(ferry_destroy_event_channel(ch), 0);
+}
+END_TEST
+
+Suite *cm_suite(void)
+{
+	Suite *s = suite_create("cm");
+	TCase *api = tcase_create("api");
+	TCase *conn = tcase_create("connect");
+	TCase *sync = tcase_create("sync");
+
+	tcase_set_timeout(api, TU_TCASE_TIMEOUT);
+	tcase_add_test(api, test_event_str);
+	tcase_add_test(api, test_channel_empty);
+	tcase_add_test(api, test_channel_busy);
+	tcase_add_test(api, test_bind_addrinuse_and_port0);
+	tcase_add_test(api, test_addr_error_unreachable);
+	tcase_add_test(api, test_destroy_waits_for_ack);
+	suite_add_tcase(s, api);
+
+	tcase_set_timeout(conn, TU_TCASE_TIMEOUT);
+	tcase_add_test(conn, test_connect_ipv4);
+	tcase_add_test(conn, test_connect_ipv6);
+	tcase_add_test(conn, test_wildcard_listeners);
+	tcase_add_test(conn, test_reject_private_data);
+	tcase_add_test(conn, test_no_listener_refused);
+	tcase_add_test(conn, test_private_data_limits);
+	tcase_add_test(conn, test_disconnect_both_sides);
+	suite_add_tcase(s, conn);
+
+	tcase_set_timeout(sync, TU_TCASE_TIMEOUT);
+	tcase_add_test(sync, test_sync_ids);
+	tcase_add_test(sync, test_sync_refused);
+	suite_add_tcase(s, sync);
+	return s;
+}
