@@ -31,6 +31,19 @@ trap cleanup EXIT
 export FERRY_TRANSPORT=shm
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# spawn OUT ERR COMMAND...: COMMAND in the background, its own pid in
+# $spawned (not that of a timeout(1) wrapper: the test kills it), and a
+# watchdog that kills it after 120 s so that nothing outlives a hung test.
+spawn() {
+	local out=$1 err=$2
+	shift 2
+	"$@" >"$out" 2>"$err" &
+	spawned=$!
+	(timeout 120 tail --pid="$spawned" -f /dev/null || kill -9 "$spawned") \
+		>/dev/null 2>&1 &
+	pids+=("$spawned")
+}
 # A port picked at random, so that parallel runs do not meet.
 port=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
 
@@ -39,10 +52,8 @@ port=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
 start_server() {
 	local name=$1 _
 	shift
-	timeout 120 "$ping" -s -a 127.0.0.1 -p "$port" -d "$@" \
-		>"$tmp/$name.out" 2>"$tmp/$name.err" &
-	server_pid=$!
-	pids+=("$server_pid")
+	spawn "$tmp/$name.out" "$tmp/$name.err" "$ping" -s -a 127.0.0.1 -p "$port" -d "$@"
+	server_pid=$spawned
 	for _ in $(seq 100); do
 		grep -q "listening on" "$tmp/$name.err" && return 0
 		kill -0 "$server_pid" 2>/dev/null || break
@@ -139,10 +150,10 @@ done
 
 # --- the server dies in the middle of a run: the client reports it ---
 start_server victim -q || exit 1
-timeout 60 "$ping" -c -a 127.0.0.1 -p "$port" -q >"$tmp/orphan.out" 2>"$tmp/orphan.err" &
-client_pid=$!
-pids+=("$client_pid")
+spawn "$tmp/orphan.out" "$tmp/orphan.err" "$ping" -c -a 127.0.0.1 -p "$port" -q
+client_pid=$spawned
 sleep 0.5
+disown "$server_pid"	# no "Killed" notice from bash
 kill -9 "$server_pid"
 start=$(now_ms)
 wait "$client_pid"
@@ -155,10 +166,10 @@ grep -q 'lost during ping' "$tmp/orphan.err" ||
 
 # --- the client dies: the server reports what it served and ends ---
 start_server survivor || exit 1
-timeout 60 "$ping" -c -a 127.0.0.1 -p "$port" -q >/dev/null 2>&1 &
-client_pid=$!
-pids+=("$client_pid")
+spawn /dev/null /dev/null "$ping" -c -a 127.0.0.1 -p "$port" -q
+client_pid=$spawned
 sleep 0.5
+disown "$client_pid"
 kill -9 "$client_pid"
 start=$(now_ms)
 wait "$server_pid"

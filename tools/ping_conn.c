@@ -19,7 +19,7 @@
 #define CONN_CQ_DEPTH 16
 #define CONN_SQ_DEPTH 8		/* a SEND and a READ/WRITE at most */
 #define CONN_RQ_DEPTH 2		/* one receive posted at a time, as rping */
-#define CONN_SPIN_NS 20000	/* poll the CQ this long before sleeping */
+#define CONN_SPIN_NS 200000	/* poll the CQ this long before sleeping */
 #define CONN_DISCONNECT_WAIT_MS 1000
 
 /* wr_id of each kind of work request. */
@@ -79,8 +79,15 @@ static void *conn_alloc_reg(struct ping_conn *conn, size_t size, int access,
 
 static int conn_buffers_setup(struct ping_conn *conn, bool client)
 {
+	/*
+	 * LOCAL_WRITE is all a receive needs (rping asks no more), but the shm
+	 * provider hands a peer only the ferry_alloc blocks of MRs with remote
+	 * rights, and a SEND into a block the peer does not know fails with
+	 * REM_OP_ERR.  REMOTE_WRITE works around that; its rkey is never sent.
+	 */
 	conn->recv_buf = conn_alloc_reg(conn, PING_ADVERT_LEN,
-					FERRY_ACCESS_LOCAL_WRITE, &conn->recv_mr);
+					FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE,
+					&conn->recv_mr);
 	if (!conn->recv_buf)
 		return -1;
 	conn->send_buf = conn_alloc_reg(conn, PING_ADVERT_LEN, 0, &conn->send_mr);
