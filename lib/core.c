@@ -42,7 +42,7 @@
 /* Built providers in order of preference (the libevent eventops model). */
 static const struct ferry_provider *const core_providers[] = {
 	&ferry_shm_provider,
-#if defined(HAVE_VERBS) && defined(FERRY_VERBS_PROVIDER_READY)
+#ifdef HAVE_VERBS
 	&ferry_verbs_provider,
 #endif
 };
