@@ -232,9 +232,8 @@ struct shm_swqe {
 	uint64_t compare_add;
 	uint64_t swap;
 	uint32_t num_sge;
-	uint32_t inline_len;		/* > 0: payload copied into inline_data */
-	struct ferry_sge *sge;		/* points into the slot */
-	uint8_t *inline_data;		/* points into the slot */
+	uint32_t inline_len;		/* > 0: payload copied into the slot */
+	/* Followed by cap.max_send_sge struct ferry_sge, then the inline bytes. */
 };
 
 /* A posted receive, kept privately (the peer sees a translated copy). */
@@ -371,9 +370,20 @@ void shm_sq_complete(struct shm_qp *qp, uint64_t seq, enum ferry_wc_status statu
 		     uint32_t byte_len);				/* sq_lock held */
 uint64_t shm_rnr_delay_ns(uint32_t code);
 size_t shm_region_head_size(void);
+/* Slots are computed, never initialised: an idle QP's SQ stays untouched memory. */
 static inline struct shm_swqe *shm_sq_slot(struct shm_qp *qp, uint64_t seq)
 {
 	return (struct shm_swqe *)(qp->sq + (seq & (qp->sq_size - 1)) * qp->sq_stride);
+}
+
+static inline struct ferry_sge *shm_swqe_sge(const struct shm_swqe *s)
+{
+	return (struct ferry_sge *)(uintptr_t)(s + 1);
+}
+
+static inline uint8_t *shm_swqe_inline(struct shm_qp *qp, const struct shm_swqe *s)
+{
+	return (uint8_t *)(shm_swqe_sge(s) + qp->cap.max_send_sge);
 }
 
 /* Where things are in a region. */

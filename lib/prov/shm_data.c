@@ -101,12 +101,12 @@ static enum ferry_wc_status shm_local_segs(struct shm_qp *qp, const struct shm_s
 	uint32_t i;
 
 	if (s->inline_len) {
-		segs[0] = (struct shm_seg){ .ptr = s->inline_data, .len = s->inline_len };
+		segs[0] = (struct shm_seg){ .ptr = shm_swqe_inline(qp, s), .len = s->inline_len };
 		*total_p = s->inline_len;
 		return FERRY_WC_SUCCESS;
 	}
 	for (i = 0; i < s->num_sge; i++) {
-		const struct ferry_sge *g = &s->sge[i];
+		const struct ferry_sge *g = &shm_swqe_sge(s)[i];
 		const struct shm_mr_entry *e;
 
 		segs[i] = (struct shm_seg){ .ptr = (uint8_t *)(uintptr_t)g->addr, .len = g->length };
@@ -542,7 +542,7 @@ static int shm_sq_put(struct shm_qp *qp, const struct ferry_send_wr *wr)
 		s->rkey = wr->wr.rdma.rkey;
 	}
 	if ((wr->send_flags & FERRY_SEND_INLINE) && carries_data && total) {
-		uint8_t *p = s->inline_data;
+		uint8_t *p = shm_swqe_inline(qp, s);
 
 		for (i = 0; i < wr->num_sge; i++) {
 			memcpy(p, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
@@ -550,7 +550,7 @@ static int shm_sq_put(struct shm_qp *qp, const struct ferry_send_wr *wr)
 		}
 		s->inline_len = (uint32_t)total;
 	} else if (wr->num_sge) {
-		memcpy(s->sge, wr->sg_list, sizeof(*s->sge) * (size_t)wr->num_sge);
+		memcpy(shm_swqe_sge(s), wr->sg_list, sizeof(struct ferry_sge) * (size_t)wr->num_sge);
 	}
 	qp->sq_head++;
 	return 0;

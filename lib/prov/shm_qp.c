@@ -39,7 +39,6 @@ static bool shm_cap_ok(const struct ferry_qp_cap *cap)
 struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *attr)
 {
 	struct shm_qp *qp;
-	uint32_t i;
 
 	if (!shm_cap_ok(&attr->cap)) {
 		errno = EINVAL;
@@ -66,12 +65,6 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 				sizeof(*qp->rq_pending));
 	if (!qp->sq || !qp->rq || !qp->rq_pending)
 		goto err_free;
-	for (i = 0; i < qp->sq_size; i++) {
-		struct shm_swqe *s = shm_sq_slot(qp, i);
-
-		s->sge = (struct ferry_sge *)(s + 1);
-		s->inline_data = (uint8_t *)(s->sge + qp->cap.max_send_sge);
-	}
 	qp->region_fd = -1;
 	pthread_mutex_init(&qp->sq_lock, NULL);
 	pthread_mutex_init(&qp->rq_lock, NULL);
