@@ -17,5 +17,6 @@ Suite *peer_suite(void);
 Suite *hostile_suite(void);
 Suite *cm_msg_suite(void);
 Suite *cm_suite(void);
+Suite *cm_robust_suite(void);
 
 #endif /* FERRY_CHECK_SUITES_H */
