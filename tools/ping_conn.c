@@ -315,8 +315,7 @@ static int conn_take_cm_event(struct ping_conn *conn, bool *ours_p,
 	if (type == FERRY_CM_EVENT_DISCONNECTED) {
 		conn->disconnected = true;
 		conn_mark_closed(conn, "the peer disconnected");
-	}
-	else if (type == FERRY_CM_EVENT_DEVICE_REMOVAL)
+	} else if (type == FERRY_CM_EVENT_DEVICE_REMOVAL)
 		conn_mark_closed(conn, "the device was removed");
 	*ours_p = true;
 	*type_p = type;

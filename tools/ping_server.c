@@ -38,11 +38,12 @@ static void server_on_event(struct ferry_cm_event *event, void *arg)
 	struct ping_server *srv = arg;
 	struct ferry_cm_id *id = event->id;
 	enum ferry_cm_event_type type = event->event;
+	int status = event->status;
 	unsigned int i;
 
-	ferry_ack_cm_event(event);
-	ping_debug("cm event %s (status %d) for %s", ferry_event_str(type),
-		   event->status, id == srv->listen_id ? "the listener" : "a request");
+	ferry_ack_cm_event(event);	/* frees it: only the copies above from here */
+	ping_debug("cm event %s (status %d) for %s", ferry_event_str(type), status,
+		   id == srv->listen_id ? "the listener" : "a request");
 	if (type == FERRY_CM_EVENT_CONNECT_REQUEST) {
 		if (srv->npending == SERVER_MAX_PENDING) {
 			server_refuse(id);
