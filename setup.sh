@@ -30,6 +30,8 @@ PACKAGES=(
 	ibverbs-providers rdmacm-utils
 	# the test suite: Check unit tests and the valgrind stage
 	check valgrind
+	# `make fuzz` (libFuzzer): clang, and its runtime, which clang only recommends
+	clang libclang-rt-14-dev
 	# integration tests and benchmarks: iperf3 under the preload, gnuplot for plots
 	iperf3 gnuplot-nox
 	# git, to clone and update the source over https
@@ -235,6 +237,22 @@ check_valgrind() {
 		tests/check_ferry
 }
 
+# check_fuzz: `make fuzz`, a bounded libFuzzer run over the CM's handshake
+# parser (it skips, and says so, where clang cannot link a fuzzer).  libFuzzer
+# is chatty: its output goes to build/fuzz.log and only the end is shown.
+check_fuzz() {
+	local rc=0
+	cd "$SRCDIR/build"
+	make fuzz >fuzz.log 2>&1 || rc=$?
+	if [ "$rc" -ne 0 ]; then
+		echo "---- build/fuzz.log (last 60 lines) ----"
+		tail -n 60 fuzz.log
+	else
+		grep -E '^fuzz: SKIP|^Done [0-9]+ runs' fuzz.log || tail -n 3 fuzz.log
+	fi
+	return "$rc"
+}
+
 # --- main ---------------------------------------------------------------------
 
 main() {
@@ -262,6 +280,7 @@ main() {
 		run_stage check check_main
 		run_stage sanitizers check_sanitizers
 		run_stage valgrind check_valgrind
+		run_stage fuzz check_fuzz
 		;;
 	esac
 	finish
