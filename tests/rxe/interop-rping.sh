@@ -50,11 +50,13 @@ expected_line() {
 # check_data FILE PREFIX SIZE: COUNT lines "PREFIXrdma-ping-N: ...", each right.
 check_data() {
 	local file=$1 prefix=$2 size=$3 n=0 line
+	# (a file, not <(...): the VM has no /dev/fd)
+	grep "^${prefix}rdma-ping-" "$file" >"$tmp/lines"
 	while IFS= read -r line; do
 		[ "$line" = "$prefix$(expected_line $n "$size")" ] ||
 			{ fail "$file: line $n is '$line'"; return; }
 		n=$(( n + 1 ))
-	done < <(grep "^${prefix}rdma-ping-" "$file")
+	done <"$tmp/lines"
 	[ $n = "$count" ] || fail "$file: $n ping lines, not $count"
 }
 
@@ -69,6 +71,23 @@ wait_for() {
 	fail "server never got ready ($2 not in $1):"
 	cat "$1"
 	return 1
+}
+
+# reap PID: the server's exit status once its client is done; a server
+# still running 30 s later is killed (status 124), as a server whose client
+# failed to connect would wait for ever.
+reap() {
+	local _
+	for _ in $(seq 300); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$1" 2>/dev/null; then
+		kill -9 "$1"
+		wait "$1" 2>/dev/null
+		return 124
+	fi
+	wait "$1"
 }
 
 # rping prints its debug lines with stdio: unbuffer them to see "rdma_listen".
@@ -88,7 +107,7 @@ for size in 64 4096; do
 		rc=$?
 		[ $rc = 0 ] || { fail "rping -c -S $size against ferry-ping -s exited with $rc:"; cat "$tmp/rc.err"; }
 		check_data "$tmp/rc.out" "ping data: " "$size"
-		wait "$server"
+		reap "$server"
 		rc=$?
 		[ $rc = 0 ] || { fail "ferry-ping -s exited with $rc:"; cat "$tmp/fs.err"; }
 		check_data "$tmp/fs.out" "server ping data: " "$size"
@@ -110,7 +129,7 @@ for size in 64 4096; do
 	check_data "$tmp/fc.out" "ping data: " "$size"
 	grep -Eq "^ferry-ping: $count pings, rtt min/p50/p99/max = [0-9./]+ us$" "$tmp/fc.out" ||
 		fail "ferry-ping -c printed no summary: $(tail -n 1 "$tmp/fc.out")"
-	wait "$server"
+	reap "$server"
 	rc=$?
 	[ $rc = 0 ] || { fail "rping -s exited with $rc:"; tail -n 20 "$tmp/rs.out" "$tmp/rs.err"; }
 	check_data "$tmp/rs.out" "server ping data: " "$size"
