@@ -29,6 +29,9 @@
  */
 const struct cm_transport *const cm_transports[] = {
 	&cm_shm_transport,
+#ifdef HAVE_VERBS
+	&cm_verbs_transport,
+#endif
 };
 const size_t cm_transports_count = FERRY_ARRAY_SIZE(cm_transports);
 

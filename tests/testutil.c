@@ -33,6 +33,18 @@ void tu_sleep_ms(unsigned int ms)
 		;
 }
 
+const char *tu_transport(void)
+{
+	const char *name = getenv("FERRY_TRANSPORT");
+
+	return name && *name ? name : "shm";
+}
+
+bool tu_on_shm(void)
+{
+	return strcmp(tu_transport(), "shm") == 0;
+}
+
 /* Build an end; returns NULL on success or a description of what failed. */
 static const char *tu_end_build(struct tu_end *e, const struct tu_opts *o)
 {
@@ -47,9 +59,10 @@ static const char *tu_end_build(struct tu_end *e, const struct tu_opts *o)
 	access = o->mr_access ? o->mr_access : TU_ACCESS_ALL;
 	e->len = o->buf_len ? o->buf_len : 65536;
 
-	e->ctx = ferry_open_transport("shm");
+	/* FERRY_TRANSPORT chooses the provider (shm unless set). */
+	e->ctx = ferry_open_transport(NULL);
 	if (!e->ctx)
-		return "ferry_open_transport(\"shm\")";
+		return "ferry_open_transport(NULL)";
 	e->pd = ferry_alloc_pd(e->ctx);
 	if (!e->pd)
 		return "ferry_alloc_pd";

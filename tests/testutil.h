@@ -70,6 +70,13 @@ struct tu_remote {
 	uint32_t pad;
 };
 
+/*
+ * tu_transport - the provider the suites run on: FERRY_TRANSPORT, else
+ * "shm".  Tests of one provider's own behaviour check it (tu_on_shm).
+ */
+const char *tu_transport(void);
+bool tu_on_shm(void);
+
 /* --- in the test process (ck_assert on failure) --- */
 
 void tu_end_open(struct tu_end *e, const struct tu_opts *o);

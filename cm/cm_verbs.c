@@ -1,0 +1,427 @@
+/*
+ * cm_verbs.c - the verbs transport of the CM: librdmacm drives connections
+ * between RDMA devices.
+ *
+ * One rdma_event_channel per process; its fd is one more libevent event in
+ * the CM thread, whose callback reads every pending rdma_cm event, copies
+ * what it needs, acks it (so rdma_destroy_id can never wait on an event we
+ * hold), then reports the ferry event.  Each ferry id of this transport owns
+ * one rdma_cm_id whose context points back at the per-id state.
+ *
+ * QPs.  The CM core creates the id's QP with ferry_create_qp on a PD of
+ * id->verbs, which wraps librdmacm's own ibv_context (prov/verbs takes its
+ * devices from rdma_get_devices), so the QP lives on the device the
+ * rdma_cm_id uses.  The QP is "user managed" in rdma_cm's terms: its
+ * number travels in the conn_param, and every transition takes its
+ * attributes from rdma_init_qp_attr:
+ *
+ *   client                              server
+ *   rdma_connect(qp_num) ------------>  CONNECT_REQUEST event
+ *                                       INIT->RTR->RTS, rdma_accept
+ *   CONNECT_RESPONSE  <---------------
+ *   RTR->RTS, rdma_establish
+ *   ESTABLISHED                         ESTABLISHED (reported at accept)
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "cm-internal.h"
+#include "prov/verbs-internal.h"
+
+/* How long reaches() lets rdma_cm look for a route to a destination. */
+#define VCM_REACH_TIMEOUT_MS 500
+
+/* Per-id state. */
+struct vcm_id {
+	struct cm_id_priv *id;
+	struct rdma_cm_id *rid;
+};
+
+/* The process's rdma_cm event channel and its libevent event. */
+static struct {
+	pthread_mutex_t lock;
+	struct rdma_event_channel *ch;
+	struct event *ev;
+} vcm = { PTHREAD_MUTEX_INITIALIZER, NULL, NULL };
+
+static struct vcm_id *vcm_state(struct cm_id_priv *id)
+{
+	return *cm_tp_data(id, &cm_verbs_transport);
+}
+
+static void vcm_on_events(evutil_socket_t fd, short what, void *arg);
+
+/* The event channel, made (and watched by the CM thread) on first use. */
+static struct rdma_event_channel *vcm_channel(void)
+{
+	struct rdma_event_channel *ch;
+
+	pthread_mutex_lock(&vcm.lock);
+	if (!vcm.ch) {
+		ch = rdma_create_event_channel();
+		if (!ch) {
+			ferry_info("cm: rdma_create_event_channel: %m");
+			goto out;
+		}
+		evutil_make_socket_nonblocking(ch->fd);
+		vcm.ev = event_new(cm_thread_base(), ch->fd, EV_READ | EV_PERSIST,
+				   vcm_on_events, NULL);
+		if (!vcm.ev || event_add(vcm.ev, NULL) < 0) {
+			if (vcm.ev)
+				event_free(vcm.ev);
+			vcm.ev = NULL;
+			rdma_destroy_event_channel(ch);
+			errno = ENOMEM;
+			goto out;
+		}
+		vcm.ch = ch;
+	}
+out:
+	ch = vcm.ch;
+	pthread_mutex_unlock(&vcm.lock);
+	return ch;
+}
+
+/* The state of @id with a fresh rdma_cm_id, or NULL + errno. */
+static struct vcm_id *vcm_state_new(struct cm_id_priv *id, struct rdma_cm_id *rid)
+{
+	void **slot = cm_tp_data(id, &cm_verbs_transport);
+	struct vcm_id *st = *slot;
+	struct rdma_event_channel *ch;
+
+	if (st)
+		return st;
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return NULL;
+	st->id = id;
+	if (rid) {
+		st->rid = rid;
+		rid->context = st;
+	} else {
+		ch = vcm_channel();
+		if (!ch || verbs_ret_errno(rdma_create_id(ch, &st->rid, st, RDMA_PS_TCP))) {
+			free(st);
+			return NULL;
+		}
+	}
+	*slot = st;
+	return st;
+}
+
+static void vcm_destroy(struct cm_id_priv *id)
+{
+	void **slot = cm_tp_data(id, &cm_verbs_transport);
+	struct vcm_id *st = *slot;
+
+	if (!st)
+		return;
+	/* Sends a DREQ to a connected peer, which then sees DISCONNECTED. */
+	if (st->rid)
+		rdma_destroy_id(st->rid);
+	free(st);
+	*slot = NULL;
+}
+
+/* --- QP transitions with rdma_cm's attributes --- */
+
+static int vcm_qp_modify(struct vcm_id *st, enum ibv_qp_state state, uint8_t rd_atomic)
+{
+	struct ferry_qp *qp = st->id->id.qp;
+	struct ibv_qp_attr attr;
+	int mask = 0;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = state;
+	if (verbs_ret_errno(rdma_init_qp_attr(st->rid, &attr, &mask)))
+		return -1;
+	if (state == IBV_QPS_INIT)
+		attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				       IBV_ACCESS_REMOTE_ATOMIC;
+	if (state == IBV_QPS_RTR && rd_atomic)
+		attr.max_dest_rd_atomic = rd_atomic;
+	if (state == IBV_QPS_RTS && rd_atomic)
+		attr.max_rd_atomic = rd_atomic;
+	if (verbs_ret(ibv_modify_qp(verbs_ibv_qp(qp), &attr, mask))) {
+		ferry_info("cm: QP %u to state %d: %m", qp->qp_num, (int)state);
+		return -1;
+	}
+	return verbs_qp_sync_state(qp);
+}
+
+static int vcm_qp_init(struct cm_id_priv *id)
+{
+	struct vcm_id *st = vcm_state(id);
+
+	if (!st || !verbs_is_context(id->id.qp->context))
+		return ERR(EINVAL);
+	return vcm_qp_modify(st, IBV_QPS_INIT, 0);
+}
+
+/* --- resolution --- */
+
+static bool vcm_reaches(const struct sockaddr *dst)
+{
+	struct rdma_cm_id *rid;
+	bool ok;
+
+	if (rdma_create_id(NULL, &rid, NULL, RDMA_PS_TCP))
+		return false;	/* no RDMA device, or no rdma_cm */
+	ok = rdma_resolve_addr(rid, NULL, (struct sockaddr *)dst, VCM_REACH_TIMEOUT_MS) == 0;
+	rdma_destroy_id(rid);
+	return ok;
+}
+
+static int vcm_bind(struct cm_id_priv *id)
+{
+	struct sockaddr *src = (struct sockaddr *)&id->id.route.addr.src_addr;
+	struct vcm_id *st = vcm_state_new(id, NULL);
+
+	if (!st)
+		return -1;
+	if (verbs_ret_errno(rdma_bind_addr(st->rid, src))) {
+		int err = errno;
+
+		vcm_destroy(id);
+		return ERR(err);
+	}
+	if (cm_addr_port(src) == 0)
+		cm_addr_set_port(src, ntohs(rdma_get_src_port(st->rid)));
+	return 0;
+}
+
+static int vcm_listen(struct cm_id_priv *id, int backlog)
+{
+	struct vcm_id *st = vcm_state(id);
+
+	if (!st)
+		return ERR(EINVAL);
+	return verbs_ret_errno(rdma_listen(st->rid, backlog));
+}
+
+static int vcm_resolve_addr(struct cm_id_priv *id, int timeout_ms)
+{
+	struct vcm_id *st = vcm_state_new(id, NULL);
+	struct sockaddr *src = (struct sockaddr *)&id->id.route.addr.src_addr;
+
+	if (!st)
+		return -1;
+	return verbs_ret_errno(rdma_resolve_addr(st->rid,
+			src->sa_family ? src : NULL,
+			(struct sockaddr *)&id->id.route.addr.dst_addr, timeout_ms));
+}
+
+static int vcm_resolve_route(struct cm_id_priv *id, int timeout_ms)
+{
+	struct vcm_id *st = vcm_state(id);
+
+	if (!st)
+		return ERR(EINVAL);
+	return verbs_ret_errno(rdma_resolve_route(st->rid, timeout_ms));
+}
+
+/* --- connecting --- */
+
+static void vcm_param_to_rdma(struct rdma_conn_param *out, const struct ferry_conn_param *in,
+			      uint32_t qp_num)
+{
+	memset(out, 0, sizeof(*out));
+	out->private_data = in->private_data;
+	out->private_data_len = in->private_data_len;
+	out->responder_resources = in->responder_resources;
+	out->initiator_depth = in->initiator_depth;
+	out->flow_control = in->flow_control;
+	out->retry_count = in->retry_count;
+	out->rnr_retry_count = in->rnr_retry_count;
+	out->qp_num = qp_num;
+}
+
+static void vcm_param_from_rdma(struct ferry_conn_param *out, const struct rdma_conn_param *in,
+				uint8_t *pdata, size_t cap)
+{
+	size_t len = in->private_data_len < cap ? in->private_data_len : cap;
+
+	memset(out, 0, sizeof(*out));
+	if (in->private_data && len)
+		memcpy(pdata, in->private_data, len);
+	out->private_data = len ? pdata : NULL;
+	out->private_data_len = (uint8_t)len;
+	out->responder_resources = in->responder_resources;
+	out->initiator_depth = in->initiator_depth;
+	out->flow_control = in->flow_control;
+	out->retry_count = in->retry_count;
+	out->rnr_retry_count = in->rnr_retry_count;
+}
+
+static int vcm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param)
+{
+	struct vcm_id *st = vcm_state(id);
+	struct rdma_conn_param rp;
+
+	if (!st || !id->id.qp)
+		return ERR(EINVAL);
+	vcm_param_to_rdma(&rp, param, id->id.qp->qp_num);
+	return verbs_ret_errno(rdma_connect(st->rid, &rp));
+}
+
+/* Caller's thread: QP to RTS, then accept; ESTABLISHED is reported here. */
+static int vcm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
+{
+	struct vcm_id *st = vcm_state(id);
+	struct rdma_conn_param rp;
+
+	if (!st || !id->id.qp)
+		return ERR(EINVAL);
+	if (id->id.qp->state == FERRY_QPS_RESET && vcm_qp_modify(st, IBV_QPS_INIT, 0))
+		return -1;
+	if (vcm_qp_modify(st, IBV_QPS_RTR, param->responder_resources) ||
+	    vcm_qp_modify(st, IBV_QPS_RTS, param->initiator_depth))
+		return -1;
+	vcm_param_to_rdma(&rp, param, id->id.qp->qp_num);
+	if (verbs_ret_errno(rdma_accept(st->rid, &rp)))
+		return -1;
+	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, NULL);
+	return 0;
+}
+
+static int vcm_reject(struct cm_id_priv *id, const void *pdata, uint8_t len)
+{
+	struct vcm_id *st = vcm_state(id);
+
+	if (!st)
+		return ERR(EINVAL);
+	return verbs_ret_errno(rdma_reject(st->rid, pdata, len));
+}
+
+static int vcm_disconnect(struct cm_id_priv *id)
+{
+	struct vcm_id *st = vcm_state(id);
+
+	if (!st)
+		return ERR(EINVAL);
+	return verbs_ret_errno(rdma_disconnect(st->rid));
+}
+
+/* --- events (CM thread) --- */
+
+/* A new ferry id for an incoming request on the listener @lst. */
+static void vcm_on_request(struct vcm_id *lst, struct rdma_cm_id *rid,
+			   const struct ferry_conn_param *param)
+{
+	struct cm_id_priv *id = cm_id_new_request(lst->id, &cm_verbs_transport);
+	struct vcm_id *st;
+
+	if (!id || !(st = vcm_state_new(id, rid))) {
+		ferry_warn("cm: dropping an RDMA connection request: %m");
+		rdma_reject(rid, NULL, 0);
+		rdma_destroy_id(rid);
+		if (id)
+			cm_id_free_unreported(id);
+		return;
+	}
+	memcpy(&id->id.route.addr.src_addr, rdma_get_local_addr(rid),
+	       cm_addr_len(rdma_get_local_addr(rid)));
+	memcpy(&id->id.route.addr.dst_addr, rdma_get_peer_addr(rid),
+	       cm_addr_len(rdma_get_peer_addr(rid)));
+	id->peer.max_rd_atomic = param->initiator_depth;
+	id->peer.max_dest_rd_atomic = param->responder_resources;
+	id->peer.retry_count = param->retry_count;
+	id->peer.rnr_retry_count = param->rnr_retry_count;
+	cm_event_report(id, lst->id, FERRY_CM_EVENT_CONNECT_REQUEST, 0, param);
+}
+
+/* The client's QP to RTS once the server accepted, then the RTU. */
+static void vcm_on_response(struct vcm_id *st, const struct ferry_conn_param *param)
+{
+	struct cm_id_priv *id = st->id;
+
+	if (vcm_qp_modify(st, IBV_QPS_RTR, 0) || vcm_qp_modify(st, IBV_QPS_RTS, 0) ||
+	    verbs_ret_errno(rdma_establish(st->rid))) {
+		ferry_info("cm: completing an RDMA connection: %m");
+		rdma_reject(st->rid, NULL, 0);
+		cm_event_report(id, NULL, FERRY_CM_EVENT_CONNECT_ERROR, -errno, NULL);
+		return;
+	}
+	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, param);
+}
+
+/* One rdma_cm event, already acked: everything needed was copied. */
+static void vcm_dispatch(struct vcm_id *st, struct rdma_cm_id *rid,
+			 enum rdma_cm_event_type type, int status,
+			 const struct ferry_conn_param *param)
+{
+	struct cm_id_priv *id = st->id;
+
+	switch (type) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		cm_event_report(id, NULL, (enum ferry_cm_event_type)type, status, NULL);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		cm_event_report(id, NULL, FERRY_CM_EVENT_REJECTED, status, param);
+		break;
+	case RDMA_CM_EVENT_CONNECT_REQUEST:
+		vcm_on_request(st, rid, param);
+		break;
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		vcm_on_response(st, param);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		break;	/* the server reported it at accept */
+	case RDMA_CM_EVENT_DISCONNECTED:
+		if (id->state == CM_ESTABLISHED)
+			cm_id_disconnected(id);
+		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		cm_event_report(id, NULL, FERRY_CM_EVENT_DEVICE_REMOVAL, 0, NULL);
+		break;
+	default:
+		break;	/* TIMEWAIT_EXIT: the core reports its own; others unused */
+	}
+}
+
+static void vcm_on_events(evutil_socket_t fd, short what, void *arg)
+{
+	struct rdma_cm_event *ev;
+	uint8_t pdata[FERRY_MAX_PRIVATE_DATA_ACCEPT];
+
+	while (vcm.ch && rdma_get_cm_event(vcm.ch, &ev) == 0) {
+		enum rdma_cm_event_type type = ev->event;
+		struct rdma_cm_id *rid = ev->id;
+		struct vcm_id *st = type == RDMA_CM_EVENT_CONNECT_REQUEST ?
+				    ev->listen_id->context : ev->id->context;
+		struct ferry_conn_param param;
+		int status = ev->status;
+
+		vcm_param_from_rdma(&param, &ev->param.conn, pdata, sizeof(pdata));
+		ferry_debug("cm: rdma_cm event %s (status %d)", rdma_event_str(type), status);
+		rdma_ack_cm_event(ev);
+		if (st)
+			vcm_dispatch(st, rid, type, status, &param);
+	}
+}
+
+const struct cm_transport cm_verbs_transport = {
+	.name = "verbs",
+	.reaches = vcm_reaches,
+	.bind = vcm_bind,
+	.listen = vcm_listen,
+	.resolve_addr = vcm_resolve_addr,
+	.resolve_route = vcm_resolve_route,
+	.qp_init = vcm_qp_init,
+	.connect = vcm_connect,
+	.accept = vcm_accept,
+	.reject = vcm_reject,
+	.disconnect = vcm_disconnect,
+	.destroy = vcm_destroy,
+};

@@ -1,0 +1,101 @@
+#!/bin/sh
+# check-rxe.sh - ferry's verbs-path checks; runs INSIDE the Soft-RoCE VM
+# (tests/rxe/rxe-vm.sh starts it there; see tests/rxe/Makefile.inc).
+#
+#   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm interop; default all)
+#
+# unit:    the provider-generic Check suites with FERRY_TRANSPORT=verbs;
+# cm:      the CM suites with FERRY_TRANSPORT=verbs (when built);
+# interop: ferry-ping against rdma-core's rping, both directions (when built).
+# Prints one line per check and a closing "N passed, N failed, N skipped".
+# Exit status 0 when nothing failed, 1 otherwise, 77 when not in an RDMA VM.
+set -u
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top" || exit 2
+
+passed=0 failed=0 skipped=0
+pass() { passed=$((passed + 1)); echo "PASS: $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+skip() { skipped=$((skipped + 1)); echo "SKIP: $*"; }
+
+if ! ibv_devices 2>/dev/null | grep -q rxe; then
+	echo "check-rxe: SKIP: no rxe device here (run me through tests/rxe/rxe-vm.sh)"
+	exit 77
+fi
+ip=$(ip -4 -o addr show dev eth0 2>/dev/null | sed -n 's/.* inet \([0-9.]*\).*/\1/p' | head -n 1)
+ip=${ip:-10.0.2.15}
+
+# Software emulation is slow: give Check's per-test timeouts room.
+export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-4}
+export FERRY_TRANSPORT=verbs
+
+# Suites whose tests hold for every provider.  hostile and peer are about
+# shm's shared memory and its peer-death detection; they stay on shm.
+UNIT_SUITES="objects qp_state ops errors rnr flush channel"
+CM_SUITES="cm cm_robust"
+
+run_suite() {
+	suite=$1
+	log=/tmp/check-rxe-$suite.log
+	if CK_RUN_SUITE=$suite timeout 300 ./tests/check_ferry > "$log" 2>&1; then
+		pass "suite $suite: $(tail -n 1 "$log")"
+	else
+		fail "suite $suite: $(tail -n 1 "$log")"
+		grep -E ':[EF]:' "$log" | head -n 20
+	fi
+}
+
+stage_unit() {
+	for s in $UNIT_SUITES; do run_suite "$s"; done
+}
+
+stage_cm() {
+	for s in $CM_SUITES; do
+		if ./tests/check_ferry_list_suites 2>/dev/null | grep -qx "$s" ||
+		   grep -q "${s}_suite" tests/check_suites.h 2>/dev/null; then
+			run_suite "$s"
+		else
+			skip "suite $s: not built"
+		fi
+	done
+}
+
+# ferry-ping and rping, one as server and the other as client.
+interop_pair() {
+	server=$1 client=$2 port=$3
+	slog=/tmp/check-rxe-srv-$port.log
+	$server -s -a "$ip" -p "$port" -C 10 -S 64 -V > "$slog" 2>&1 &
+	spid=$!
+	sleep 3
+	if timeout 120 $client -c -a "$ip" -p "$port" -C 10 -S 64 -V > /tmp/check-rxe-cli-$port.log 2>&1 &&
+	   wait "$spid"; then
+		pass "interop: server '$server', client '$client'"
+	else
+		fail "interop: server '$server', client '$client'"
+		tail -n 5 "$slog" /tmp/check-rxe-cli-$port.log
+		kill "$spid" 2>/dev/null
+	fi
+}
+
+stage_interop() {
+	if [ ! -x tools/ferry-ping ]; then
+		skip "interop: tools/ferry-ping not built"
+		return
+	fi
+	interop_pair "rping" "tools/ferry-ping" 7471
+	interop_pair "tools/ferry-ping" "rping" 7472
+}
+
+stages=${*:-unit cm interop}
+for st in $stages; do
+	case $st in
+	unit) stage_unit ;;
+	cm) stage_cm ;;
+	interop) stage_interop ;;
+	*) echo "check-rxe: unknown stage $st"; exit 2 ;;
+	esac
+done
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
