@@ -350,11 +350,29 @@ START_TEST(test_atomic_heap_memory)
 	struct ferry_mr *mr;
 	struct ferry_wc wc;
 
-	/* atomics need ferry_alloc memory: heap memory refuses them */
+	/*
+	 * On shm atomics need ferry_alloc memory: heap memory refuses them.
+	 * An RDMA device runs them on any registered memory.
+	 */
 	ck_assert_ptr_nonnull(heap);
 	memset(heap, 0x33, 4096);
 	errno = 0;
 	mr = ferry_reg_mr(b.pd, heap, 4096, TU_ACCESS_ALL);
+	if (!tu_on_shm()) {
+		uint64_t swapped = 7;
+
+		ck_assert_ptr_nonnull(mr);
+		ck_assert_int_eq(tu_post_atomic(a.qp, 1, FERRY_WR_ATOMIC_CMP_AND_SWP,
+						a.buf, a.mr->lkey, (uintptr_t)heap,
+						mr->rkey, 0x3333333333333333ULL, 7), 0);
+		tu_poll1(a.send_cq, &wc);
+		ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+		ck_assert(memcmp(heap, &swapped, sizeof(swapped)) == 0);
+		ck_assert(tu_all_bytes(heap + 8, 4096 - 8, 0x33));
+		ck_assert_int_eq(ferry_dereg_mr(mr), 0);
+		free(heap);
+		return;
+	}
 	if (!mr) {
 		ck_assert_int_ne(errno, 0);	/* refused at registration */
 		free(heap);
