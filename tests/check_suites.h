@@ -18,5 +18,6 @@ Suite *hostile_suite(void);
 Suite *cm_msg_suite(void);
 Suite *cm_suite(void);
 Suite *cm_robust_suite(void);
+Suite *sock_suite(void);
 
 #endif /* FERRY_CHECK_SUITES_H */

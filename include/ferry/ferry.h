@@ -6,5 +6,6 @@
 
 #include <ferry/verbs.h>
 #include <ferry/cm.h>
+#include <ferry/socket.h>
 
 #endif /* FERRY_FERRY_H */

@@ -1,0 +1,267 @@
+/*
+ * sock-internal.h - ferry's stream sockets: the state of one socket and
+ * what the files of lib/sock share.
+ *
+ * A connection is one RC QP set up through the CM (port space TCP), with
+ * rsocket's protocol version 1 on top (../shared/PROTOCOLS.md section 1):
+ * every message is an RDMA WRITE WITH IMM, receives are posted without SGEs
+ * only to take the immediate, and the receive ring is published to the peer
+ * half by half through the target SGL the peer writes into.
+ *
+ * The fd.  A ferry socket is named by an epoll fd it creates in
+ * ferry_socket().  Into it go, as they come to exist, the socket's CM event
+ * channel fd (connect, listen) and its completion channel fd.  The epoll fd
+ * polls readable exactly when one of those has something, so that blocking
+ * is poll(2) on the socket's own number, ferry_sock_poll hands it to poll(2)
+ * with the application's other fds, and it exists before the transport (and
+ * so the device and completion channel) is known, which only address
+ * resolution decides.  Its number is a real kernel fd: lowest-free rule, no
+ * collisions.
+ *
+ * Locks (always taken in this order, each one optional):
+ *   slock  - one sender at a time: the send ring, the current target SGE;
+ *   rlock  - one receiver at a time: consuming the receive ring;
+ *   cqlock - polling the CQ and reposting receives (progress);
+ *   plock  - posting to the send queue: sequence numbers, SQ slots, the
+ *            publication of receive-ring halves.
+ *   cm_lock guards the connection state machine and is never held with
+ *   the others while waiting.
+ * Counters read across those locks are atomics.  The fast path takes
+ * slock/rlock, cqlock and plock briefly, and makes no system call.
+ */
+#ifndef FERRY_SOCK_INTERNAL_H
+#define FERRY_SOCK_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <ferry/cm.h>
+#include <ferry/socket.h>
+#include <ferry/verbs.h>
+
+#include "ferry-internal.h"
+
+/* --- protocol (rsocket v1) --- */
+
+#define RS_VERSION		1
+#define RS_CONN_FLAG_NET	(1u << 0)	/* sender is big-endian */
+#define RS_CONN_FLAG_IOMAP	(1u << 1)	/* a target iomap follows the SGL */
+#define RS_PRIVATE_DATA_LEN	40
+#define RS_SGL_SIZE		2		/* entries of a target SGL */
+#define RS_MAX_TRANSFER		65536		/* one write at most */
+#define RS_QP_CTRL_SIZE		4		/* SQ slots and credits kept for control */
+
+/* Message types: the top 3 bits of the immediate. */
+#define RS_OP_DATA		(0u << 29)
+#define RS_OP_RSVD_DATA_MORE	(1u << 29)
+#define RS_OP_WRITE		(2u << 29)	/* local only (iowrite), never sent */
+#define RS_OP_SGL		(4u << 29)	/* credit / target SGL update */
+#define RS_OP_IOMAP_SGL		(6u << 29)
+#define RS_OP_CTRL		(7u << 29)
+#define RS_OP_MASK		(7u << 29)
+#define RS_VALUE_MASK		((1u << 29) - 1)
+
+#define RS_CTRL_DISCONNECT	0
+#define RS_CTRL_KEEPALIVE	1
+#define RS_CTRL_SHUTDOWN	2
+
+/* rsocket's struct rs_sge, in the writer's byte order when RDMA-written. */
+struct rs_sge {
+	uint64_t addr;
+	uint32_t key;
+	uint32_t length;
+};
+
+/* --- defaults (rsocket's) and limits --- */
+
+#define SOCK_DEF_BUF_SIZE	(128u * 1024)
+#define SOCK_MIN_BUF_SIZE	(8u * 1024)
+#define SOCK_MAX_BUF_SIZE	(256u * 1024 * 1024)
+#define SOCK_DEF_QP_SIZE	384
+#define SOCK_MIN_QP_SIZE	16
+#define SOCK_MAX_QP_SIZE	8192
+#define SOCK_DEF_INLINE		64
+#define SOCK_DEF_POLL_US	10
+#define SOCK_CM_TIMEOUT_MS	5000
+
+/* --- the socket --- */
+
+enum sock_state {
+	SOCK_INIT,		/* fresh or bound */
+	SOCK_LISTENING,
+	SOCK_CONNECTING,	/* resolving, or waiting for ESTABLISHED */
+	SOCK_ACCEPTING,		/* accepted id, waiting for ESTABLISHED */
+	SOCK_CONNECTED,
+	SOCK_FAILED,		/* connect failed (so_error) */
+};
+
+/* Why a connection ended: bits of ferry_sock.closed. */
+#define SOCK_PEER_SHUT_WR	(1u << 0)	/* SHUTDOWN or DISCONNECT: reads see EOF */
+#define SOCK_PEER_GONE		(1u << 1)	/* DISCONNECT: writes get EPIPE */
+#define SOCK_RESET		(1u << 2)	/* QP error: ECONNRESET */
+#define SOCK_SHUT_RD		(1u << 3)	/* local shutdown(SHUT_RD) */
+#define SOCK_SHUT_WR		(1u << 4)	/* local shutdown(SHUT_WR): SHUTDOWN sent */
+#define SOCK_DISC_SENT		(1u << 5)	/* DISCONNECT sent */
+#define SOCK_TIMEDOUT		(1u << 6)	/* keepalive gave up: ETIMEDOUT */
+
+/* A CM event channel shared by a listener and the ids it accepted. */
+struct sock_chan {
+	struct ferry_event_channel *ch;
+	atomic_int refs;
+};
+
+struct ferry_sock {
+	int fd;				/* the epoll fd that names it */
+	int domain;
+	atomic_int nonblock;		/* O_NONBLOCK */
+
+	pthread_mutex_t cm_lock;
+	enum sock_state state;
+	int so_error;			/* pending error (SO_ERROR) */
+	struct sockaddr_storage bound;	/* bind() address, family 0 if none */
+	struct sock_chan *chan;		/* CM channel: own, or the listener's */
+	bool chan_in_epoll;
+	struct ferry_cm_id *id;
+
+	/* Listener: accepted sockets waiting for ESTABLISHED, and ready. */
+	struct ferry_sock *pending, *ready, *ready_tail;
+	struct ferry_sock *next;	/* in a listener's list */
+	int backlog, nready;
+
+	/* Options, fixed when the connection is set up. */
+	uint32_t sbuf_size, rbuf_size;	/* SO_SNDBUF / SO_RCVBUF */
+	uint32_t sq_size, rq_size, inline_size;
+	int keepalive, keepidle, keepintvl, keepcnt;
+	int linger_on, linger_s;
+	int nodelay, reuseaddr;
+
+	/* Verbs resources. */
+	struct ferry_context *ctx;
+	struct ferry_pd *pd;		/* per context, shared */
+	struct ferry_comp_channel *cch;
+	struct ferry_cq *cq;		/* send and receive completions */
+	struct ferry_qp *qp;
+	bool verbs_transport;		/* send completions are the peer's acks */
+
+	/* Receive ring and the target SGL the peer writes, one ferry_alloc block. */
+	uint8_t *rbuf;
+	struct rs_sge *target_sgl;	/* RS_SGL_SIZE entries after the ring */
+	struct ferry_mr *rmr;
+	/* Send ring: local memory the writes come from. */
+	uint8_t *sbuf;
+	struct ferry_mr *smr;
+
+	/* Peer. */
+	struct rs_sge remote_sgl;	/* the peer's target SGL (addr, key, entries) */
+	bool peer_swap;			/* peer's byte order differs */
+
+	/* Send side (slock). */
+	pthread_mutex_t slock;
+	uint32_t sbuf_head;		/* offset of the next byte into sbuf */
+	int target_idx;			/* current entry of target_sgl */
+
+	/* Posting (plock). */
+	pthread_mutex_t plock;
+	uint16_t sseq_no;		/* messages sent */
+	_Atomic uint16_t sseq_comp;	/* credit limit granted by the peer */
+	atomic_int sqe_avail;		/* free SQ slots */
+	atomic_uint sbuf_free;		/* bytes of sbuf not in flight */
+	uint16_t rseq_comp;		/* credit limit we granted */
+	uint64_t r_published;		/* ring bytes published (absolute) */
+	int remote_idx;			/* next entry of the peer's SGL to write */
+	uint32_t unsignaled;		/* sends posted since the last signaled one */
+	uint32_t unsignaled_bytes;
+
+	/* Receive side (rlock); counters written under cqlock. */
+	pthread_mutex_t rlock;
+	pthread_mutex_t cqlock;
+	_Atomic uint64_t r_received;	/* ring bytes arrived (absolute) */
+	_Atomic uint64_t r_consumed;	/* ring bytes read by the application */
+	_Atomic uint16_t rseq_no;	/* receive completions taken */
+	uint32_t recv_repost;		/* receives to post again (cqlock) */
+	atomic_uint closed;		/* SOCK_* end bits */
+	_Atomic uint64_t last_rx_ns;	/* last message from the peer */
+
+	/* Waiting: one thread sleeps on the fd, others on the condvar. */
+	pthread_mutex_t wait_lock;
+	pthread_cond_t wait_cond;
+	bool wait_leader;
+	uint64_t wait_gen;
+
+	/* Keepalive (service thread). */
+	uint64_t ka_next_ns;
+	int ka_unanswered;
+	uint64_t ka_probe_rx_ns;	/* last_rx_ns when the probe went out */
+	bool ka_probe_acked;
+	struct ferry_sock *ka_next;	/* in the service list */
+	bool in_ka_list;
+};
+
+/* --- sock.c: the fd table --- */
+struct ferry_sock *sock_get(int fd);	/* NULL + EBADF / ENOTSOCK */
+int sock_table_set(int fd, struct ferry_sock *s);
+void sock_table_clear(int fd);
+struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec);
+void sock_free(struct ferry_sock *s);
+int sock_epoll_add(struct ferry_sock *s, int fd);
+void sock_epoll_del(struct ferry_sock *s, int fd);
+
+/* --- sock_conn.c: CM setup --- */
+int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen_t len);
+int sock_conn_listen(struct ferry_sock *s, int backlog);
+/* Process queued CM events of @s (cm_lock held). */
+void sock_conn_process(struct ferry_sock *s);
+/* Take a ready accepted socket; NULL if none. cm_lock held. */
+struct ferry_sock *sock_conn_take_ready(struct ferry_sock *listener);
+void sock_conn_teardown(struct ferry_sock *s);
+struct sock_chan *sock_chan_new(void);
+void sock_chan_put(struct sock_chan *c);
+
+/* --- sock_data.c: the data path --- */
+ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt, int flags);
+ssize_t sock_data_recv(struct ferry_sock *s, const struct iovec *iov, int iovcnt, int flags);
+/* Poll the CQ and act on what it held; returns completions taken. */
+int sock_progress(struct ferry_sock *s);
+int sock_send_ctrl(struct ferry_sock *s, uint32_t ctrl);
+void sock_give_credits(struct ferry_sock *s, bool force);
+int sock_post_initial_recvs(struct ferry_sock *s);
+uint64_t sock_readable_bytes(struct ferry_sock *s);
+bool sock_writable(struct ferry_sock *s);
+/* Wait until all sent data has completed (linger); false on timeout. */
+bool sock_drain_sends(struct ferry_sock *s, int timeout_ms);
+
+/* --- sock_wait.c --- */
+uint64_t sock_now_ns(void);
+unsigned int sock_poll_us(void);
+/*
+ * sock_wait - wait until @ready(@s) is true, or the deadline (absolute ns,
+ * 0 = none) passes (ETIMEDOUT).  Polls for FERRY_POLL_US, then arms the CQ
+ * and sleeps on the socket's fd.  @ready must take the locks it needs;
+ * the caller holds none the sleeper's peers need (rlock, cqlock, plock).
+ */
+int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
+	      uint64_t deadline_ns);
+/* Become the sleeper of @s (true) or not, for ferry_sock_poll. */
+bool sock_wait_lead(struct ferry_sock *s);
+void sock_wait_arm(struct ferry_sock *s);
+void sock_wait_drain(struct ferry_sock *s);
+void sock_wait_release(struct ferry_sock *s);
+void sock_wait_wake(struct ferry_sock *s);
+
+/* --- sock_opt.c --- */
+void sock_opt_defaults(struct ferry_sock *s);
+
+/* --- keepalive service (sock_opt.c) --- */
+void sock_ka_update(struct ferry_sock *s);
+void sock_ka_forget(struct ferry_sock *s);
+
+static inline bool sock_is_connected(struct ferry_sock *s)
+{
+	return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SOCK_CONNECTED;
+}
+
+#endif /* FERRY_SOCK_INTERNAL_H */

@@ -1,0 +1,426 @@
+/*
+ * sock.c - the fd table and the life of a ferry socket: socket, bind,
+ * listen, accept, connect, shutdown, close, and the names.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "sock-internal.h"
+
+/*
+ * The fd table: two levels of atomic pointers indexed by fd, so that a
+ * lookup on the data path takes no lock.  A page of the second level is
+ * allocated when an fd in its range first names a socket.
+ */
+#define SOCK_TABLE_PAGE		1024
+#define SOCK_TABLE_PAGES	1024	/* fds below 1 Mi */
+
+static _Atomic(struct ferry_sock *) *sock_table[SOCK_TABLE_PAGES];
+static pthread_mutex_t sock_table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct ferry_sock *sock_get(int fd)
+{
+	_Atomic(struct ferry_sock *) *page;
+	struct ferry_sock *s;
+
+	if (fd < 0 || fd >= SOCK_TABLE_PAGE * SOCK_TABLE_PAGES) {
+		errno = EBADF;
+		return NULL;
+	}
+	page = __atomic_load_n(&sock_table[fd / SOCK_TABLE_PAGE], __ATOMIC_ACQUIRE);
+	s = page ? atomic_load_explicit(&page[fd % SOCK_TABLE_PAGE], memory_order_acquire) :
+		   NULL;
+	if (!s)
+		errno = fcntl(fd, F_GETFD) < 0 ? EBADF : ENOTSOCK;
+	return s;
+}
+
+int sock_table_set(int fd, struct ferry_sock *s)
+{
+	_Atomic(struct ferry_sock *) *page;
+	int i = fd / SOCK_TABLE_PAGE;
+
+	if (fd < 0 || i >= SOCK_TABLE_PAGES)
+		return ERR(EMFILE);
+	pthread_mutex_lock(&sock_table_lock);
+	page = sock_table[i];
+	if (!page) {
+		page = calloc(SOCK_TABLE_PAGE, sizeof(*page));
+		if (!page) {
+			pthread_mutex_unlock(&sock_table_lock);
+			return ERR(ENOMEM);
+		}
+		__atomic_store_n(&sock_table[i], page, __ATOMIC_RELEASE);
+	}
+	atomic_store_explicit(&page[fd % SOCK_TABLE_PAGE], s, memory_order_release);
+	pthread_mutex_unlock(&sock_table_lock);
+	return 0;
+}
+
+void sock_table_clear(int fd)
+{
+	_Atomic(struct ferry_sock *) *page = sock_table[fd / SOCK_TABLE_PAGE];
+
+	if (page)
+		atomic_store_explicit(&page[fd % SOCK_TABLE_PAGE], NULL, memory_order_release);
+}
+
+int ferry_sock_is_ferry(int s)
+{
+	int e = errno, yes = sock_get(s) != NULL;
+
+	errno = e;
+	return yes;
+}
+
+int sock_epoll_add(struct ferry_sock *s, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+
+	if (epoll_ctl(s->fd, EPOLL_CTL_ADD, fd, &ev) < 0 && errno != EEXIST) {
+		ferry_warn("sock %d: adding fd %d to its epoll set: %m", s->fd, fd);
+		return -1;
+	}
+	return 0;
+}
+
+void sock_epoll_del(struct ferry_sock *s, int fd)
+{
+	epoll_ctl(s->fd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec)
+{
+	struct ferry_sock *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->fd = epoll_create1(cloexec ? EPOLL_CLOEXEC : 0);
+	if (s->fd < 0) {
+		free(s);
+		return NULL;
+	}
+	s->domain = domain;
+	atomic_init(&s->nonblock, nonblock);
+	pthread_mutex_init(&s->cm_lock, NULL);
+	pthread_mutex_init(&s->slock, NULL);
+	pthread_mutex_init(&s->plock, NULL);
+	pthread_mutex_init(&s->rlock, NULL);
+	pthread_mutex_init(&s->cqlock, NULL);
+	pthread_mutex_init(&s->wait_lock, NULL);
+	pthread_cond_init(&s->wait_cond, NULL);
+	sock_opt_defaults(s);
+	return s;
+}
+
+void sock_free(struct ferry_sock *s)
+{
+	sock_conn_teardown(s);
+	close(s->fd);
+	pthread_mutex_destroy(&s->cm_lock);
+	pthread_mutex_destroy(&s->slock);
+	pthread_mutex_destroy(&s->plock);
+	pthread_mutex_destroy(&s->rlock);
+	pthread_mutex_destroy(&s->cqlock);
+	pthread_mutex_destroy(&s->wait_lock);
+	pthread_cond_destroy(&s->wait_cond);
+	free(s);
+}
+
+/**
+ * ferry_socket - a new stream socket (AF_INET or AF_INET6, SOCK_STREAM with
+ * SOCK_NONBLOCK / SOCK_CLOEXEC).  Returns its fd, or -1 with errno.
+ */
+int ferry_socket(int domain, int type, int protocol)
+{
+	int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct ferry_sock *s;
+
+	if (domain != AF_INET && domain != AF_INET6)
+		return ERR(EAFNOSUPPORT);
+	if (base != SOCK_STREAM)
+		return ERR(ESOCKTNOSUPPORT);
+	if (protocol != 0 && protocol != IPPROTO_TCP)
+		return ERR(EPROTONOSUPPORT);
+	s = sock_new(domain, type & SOCK_NONBLOCK, type & SOCK_CLOEXEC);
+	if (!s)
+		return -1;
+	if (sock_table_set(s->fd, s) < 0) {
+		int e = errno;
+
+		sock_free(s);
+		return ERR(e);
+	}
+	return s->fd;
+}
+
+static socklen_t sock_addr_len(int family)
+{
+	return family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+}
+
+int ferry_sock_bind(int fd, const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct ferry_sock *s = sock_get(fd);
+	int ret = 0;
+
+	if (!s)
+		return -1;
+	if (!addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
+	    addrlen < sock_addr_len(addr->sa_family))
+		return ERR(EINVAL);
+	pthread_mutex_lock(&s->cm_lock);
+	if (s->state != SOCK_INIT || s->bound.ss_family)
+		ret = ERR(EINVAL);
+	else
+		memcpy(&s->bound, addr, sock_addr_len(addr->sa_family));
+	pthread_mutex_unlock(&s->cm_lock);
+	return ret;
+}
+
+int ferry_sock_listen(int fd, int backlog)
+{
+	struct ferry_sock *s = sock_get(fd);
+	int ret;
+
+	if (!s)
+		return -1;
+	pthread_mutex_lock(&s->cm_lock);
+	if (s->state == SOCK_LISTENING)
+		ret = 0;
+	else if (s->state != SOCK_INIT)
+		ret = ERR(EINVAL);
+	else
+		ret = sock_conn_listen(s, backlog);
+	pthread_mutex_unlock(&s->cm_lock);
+	return ret;
+}
+
+static bool sock_accept_ready(struct ferry_sock *s)
+{
+	bool ready;
+
+	pthread_mutex_lock(&s->cm_lock);
+	sock_conn_process(s);
+	ready = s->ready != NULL || s->state != SOCK_LISTENING;
+	pthread_mutex_unlock(&s->cm_lock);
+	return ready;
+}
+
+int ferry_sock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
+{
+	struct ferry_sock *s = sock_get(fd), *ns;
+
+	if (!s)
+		return -1;
+	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
+		return ERR(EINVAL);
+	for (;;) {
+		pthread_mutex_lock(&s->cm_lock);
+		if (s->state != SOCK_LISTENING) {
+			pthread_mutex_unlock(&s->cm_lock);
+			return ERR(EINVAL);
+		}
+		sock_conn_process(s);
+		ns = sock_conn_take_ready(s);
+		pthread_mutex_unlock(&s->cm_lock);
+		if (ns)
+			break;
+		if (atomic_load(&s->nonblock))
+			return ERR(EAGAIN);
+		if (sock_wait(s, sock_accept_ready, 0) < 0)
+			return -1;
+	}
+	atomic_store(&ns->nonblock, !!(flags & SOCK_NONBLOCK));
+	if (!(flags & SOCK_CLOEXEC))
+		fcntl(ns->fd, F_SETFD, 0);
+	if (sock_table_set(ns->fd, ns) < 0) {
+		int e = errno;
+
+		sock_free(ns);
+		return ERR(e);
+	}
+	if (addr && addrlen && ferry_sock_getpeername(ns->fd, addr, addrlen) < 0)
+		*addrlen = 0;
+	return ns->fd;
+}
+
+int ferry_sock_accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+	return ferry_sock_accept4(fd, addr, addrlen, 0);
+}
+
+static bool sock_connect_done(struct ferry_sock *s)
+{
+	bool done;
+
+	pthread_mutex_lock(&s->cm_lock);
+	sock_conn_process(s);
+	done = s->state != SOCK_CONNECTING;
+	pthread_mutex_unlock(&s->cm_lock);
+	return done;
+}
+
+int ferry_sock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct ferry_sock *s = sock_get(fd);
+	int ret, err;
+
+	if (!s)
+		return -1;
+	if (!addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
+	    addrlen < sock_addr_len(addr->sa_family))
+		return ERR(EINVAL);
+	pthread_mutex_lock(&s->cm_lock);
+	switch (s->state) {
+	case SOCK_INIT:
+		ret = sock_conn_connect(s, addr, addrlen);
+		break;
+	case SOCK_CONNECTING:
+		ret = ERR(EALREADY);
+		break;
+	case SOCK_CONNECTED:
+		ret = ERR(EISCONN);
+		break;
+	default:
+		ret = ERR(EINVAL);
+		break;
+	}
+	pthread_mutex_unlock(&s->cm_lock);
+	if (ret < 0 && errno != EALREADY)
+		return -1;
+	if (ret < 0 && !atomic_load(&s->nonblock))
+		errno = 0;	/* a blocking connect joins the one under way */
+	else if (ret < 0)
+		return -1;
+	if (atomic_load(&s->nonblock)) {
+		if (sock_connect_done(s) && s->state == SOCK_CONNECTED)
+			return 0;
+		if (s->state == SOCK_CONNECTING)
+			return ERR(EINPROGRESS);
+	} else if (sock_wait(s, sock_connect_done, 0) < 0) {
+		return -1;
+	}
+	pthread_mutex_lock(&s->cm_lock);
+	ret = 0;
+	if (s->state != SOCK_CONNECTED) {
+		err = s->so_error ? s->so_error : ECONNREFUSED;
+		s->so_error = 0;
+		ret = ERR(err);
+	}
+	pthread_mutex_unlock(&s->cm_lock);
+	return ret;
+}
+
+int ferry_sock_shutdown(int fd, int how)
+{
+	struct ferry_sock *s = sock_get(fd);
+	unsigned int closed;
+
+	if (!s)
+		return -1;
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+		return ERR(EINVAL);
+	if (!sock_is_connected(s))
+		return ERR(ENOTCONN);
+	if (how == SHUT_RD || how == SHUT_RDWR)
+		atomic_fetch_or(&s->closed, SOCK_SHUT_RD);
+	if (how == SHUT_RD)
+		return 0;
+	/* Data written before is ahead of the control message on the QP. */
+	pthread_mutex_lock(&s->slock);
+	closed = atomic_fetch_or(&s->closed, SOCK_SHUT_WR);
+	if (!(closed & (SOCK_SHUT_WR | SOCK_RESET | SOCK_PEER_GONE)))
+		sock_send_ctrl(s, how == SHUT_RDWR ? RS_CTRL_DISCONNECT : RS_CTRL_SHUTDOWN);
+	if (how == SHUT_RDWR)
+		atomic_fetch_or(&s->closed, SOCK_DISC_SENT);
+	pthread_mutex_unlock(&s->slock);
+	return 0;
+}
+
+/* Orderly end of a connection on close: DISCONNECT after the data, then
+ * wait (linger) for what is in flight before the CM tears the QP down. */
+static void sock_close_connected(struct ferry_sock *s)
+{
+	unsigned int closed;
+	int wait_ms = 1000;
+
+	if (s->linger_on)
+		wait_ms = s->linger_s * 1000;
+	pthread_mutex_lock(&s->slock);
+	closed = atomic_fetch_or(&s->closed, SOCK_DISC_SENT | SOCK_SHUT_WR);
+	if (!(closed & (SOCK_DISC_SENT | SOCK_RESET)) && !(s->linger_on && !s->linger_s))
+		sock_send_ctrl(s, RS_CTRL_DISCONNECT);
+	pthread_mutex_unlock(&s->slock);
+	if (wait_ms > 0 && !(atomic_load(&s->closed) & SOCK_RESET))
+		sock_drain_sends(s, wait_ms);
+	if (s->id)
+		ferry_disconnect(s->id);
+}
+
+int ferry_sock_close(int fd)
+{
+	struct ferry_sock *s = sock_get(fd);
+
+	if (!s)
+		return -1;
+	sock_table_clear(fd);
+	sock_ka_forget(s);
+	if (sock_is_connected(s))
+		sock_close_connected(s);
+	sock_free(s);
+	return 0;
+}
+
+static int sock_copy_name(const struct sockaddr *sa, struct sockaddr *addr, socklen_t *addrlen)
+{
+	socklen_t len;
+
+	if (!addr || !addrlen)
+		return ERR(EFAULT);
+	len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+	      sizeof(struct sockaddr_in);
+	memcpy(addr, sa, *addrlen < len ? *addrlen : len);
+	*addrlen = len;
+	return 0;
+}
+
+int ferry_sock_getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct ferry_sock *s = sock_get(fd);
+
+	if (!s)
+		return -1;
+	if (!sock_is_connected(s) || !s->id)
+		return ERR(ENOTCONN);
+	return sock_copy_name(ferry_get_peer_addr(s->id), addr, addrlen);
+}
+
+int ferry_sock_getsockname(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct ferry_sock *s = sock_get(fd);
+	struct sockaddr_storage any = { .ss_family = AF_INET };
+	const struct sockaddr *sa;
+
+	if (!s)
+		return -1;
+	pthread_mutex_lock(&s->cm_lock);
+	if (s->id && ferry_get_local_addr(s->id)->sa_family)
+		sa = ferry_get_local_addr(s->id);
+	else if (s->bound.ss_family)
+		sa = (struct sockaddr *)&s->bound;
+	else {
+		any.ss_family = (sa_family_t)s->domain;
+		sa = (struct sockaddr *)&any;
+	}
+	pthread_mutex_unlock(&s->cm_lock);
+	return sock_copy_name(sa, addr, addrlen);
+}

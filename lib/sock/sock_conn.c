@@ -1,0 +1,538 @@
+/*
+ * sock_conn.c - setting a connection up through the CM: the private data
+ * of rsocket's connect request and accept reply, the QP, CQ and rings, and
+ * the event-driven state machine of connect and listen.
+ *
+ * Connect and accept run on CM event channels so that non-blocking sockets
+ * need no thread: each step is taken when the socket is polled, waited on
+ * or asked for SO_ERROR.  A listener's channel also carries the events of
+ * the ids it accepted (the CM has no migrate_id), so it is refcounted.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <endian.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "sock-internal.h"
+
+/* --- per-context PD, shared by every socket of the process --- */
+
+static pthread_mutex_t pd_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { struct ferry_context *ctx; struct ferry_pd *pd; } pd_cache[8];
+
+static struct ferry_pd *sock_pd_get(struct ferry_context *ctx)
+{
+	struct ferry_pd *pd = NULL;
+	size_t i;
+
+	pthread_mutex_lock(&pd_lock);
+	for (i = 0; i < FERRY_ARRAY_SIZE(pd_cache) && pd_cache[i].ctx; i++)
+		if (pd_cache[i].ctx == ctx)
+			pd = pd_cache[i].pd;
+	if (!pd && i < FERRY_ARRAY_SIZE(pd_cache)) {
+		pd = ferry_alloc_pd(ctx);
+		if (pd) {
+			pd_cache[i].ctx = ctx;
+			pd_cache[i].pd = pd;
+		}
+	}
+	pthread_mutex_unlock(&pd_lock);
+	if (!pd && !errno)
+		errno = ENOMEM;
+	return pd;
+}
+
+/* --- CM channels --- */
+
+struct sock_chan *sock_chan_new(void)
+{
+	struct sock_chan *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->ch = ferry_create_event_channel();
+	if (!c->ch) {
+		free(c);
+		return NULL;
+	}
+	fcntl(c->ch->fd, F_SETFL, fcntl(c->ch->fd, F_GETFL) | O_NONBLOCK);
+	atomic_init(&c->refs, 1);
+	return c;
+}
+
+void sock_chan_put(struct sock_chan *c)
+{
+	struct ferry_cm_event *ev;
+
+	if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
+		return;
+	while (ferry_get_cm_event(c->ch, &ev) == 0)
+		ferry_ack_cm_event(ev);
+	if (ferry_destroy_event_channel(c->ch) < 0)
+		ferry_warn("sock: destroying a CM channel: %m");
+	free(c);
+}
+
+/* --- private data (PROTOCOLS.md 1: 40 bytes, big-endian) --- */
+
+static void rs_put_sge(uint8_t *p, uint64_t addr, uint32_t key, uint32_t length)
+{
+	uint64_t a = htobe64(addr);
+	uint32_t k = htobe32(key), l = htobe32(length);
+
+	memcpy(p, &a, 8);
+	memcpy(p + 8, &k, 4);
+	memcpy(p + 12, &l, 4);
+}
+
+static struct rs_sge rs_get_sge(const uint8_t *p)
+{
+	struct rs_sge sge;
+
+	memcpy(&sge.addr, p, 8);
+	memcpy(&sge.key, p + 8, 4);
+	memcpy(&sge.length, p + 12, 4);
+	sge.addr = be64toh(sge.addr);
+	sge.key = be32toh(sge.key);
+	sge.length = be32toh(sge.length);
+	return sge;
+}
+
+static void sock_conn_data_build(struct ferry_sock *s, uint8_t pd[RS_PRIVATE_DATA_LEN])
+{
+	uint16_t credits = htobe16((uint16_t)s->rq_size);
+
+	memset(pd, 0, RS_PRIVATE_DATA_LEN);
+	pd[0] = RS_VERSION;
+	pd[1] = __BYTE_ORDER == __BIG_ENDIAN ? RS_CONN_FLAG_NET : 0;
+	memcpy(pd + 2, &credits, 2);
+	pd[7] = 0;	/* no iomap */
+	rs_put_sge(pd + 8, (uintptr_t)s->target_sgl, s->rmr->rkey, RS_SGL_SIZE);
+	rs_put_sge(pd + 24, (uintptr_t)s->rbuf, s->rmr->rkey, s->rbuf_size / 2);
+}
+
+/* Take the peer's private data: credits, its target SGL, our first buffer. */
+static int sock_conn_data_take(struct ferry_sock *s, const void *data, uint8_t len)
+{
+	const uint8_t *pd = data;
+	uint16_t credits;
+	struct rs_sge buf;
+
+	if (!pd || len < RS_PRIVATE_DATA_LEN || pd[0] != RS_VERSION) {
+		ferry_info("sock: peer's private data is not rsocket v1 (%u bytes)", len);
+		return ERR(EPROTO);
+	}
+	memcpy(&credits, pd + 2, 2);
+	credits = be16toh(credits);
+	s->remote_sgl = rs_get_sge(pd + 8);
+	buf = rs_get_sge(pd + 24);
+	if (!credits || s->remote_sgl.length < 1 || !buf.length) {
+		ferry_info("sock: peer offered no credits or buffers");
+		return ERR(EPROTO);
+	}
+	s->peer_swap = !!(pd[1] & RS_CONN_FLAG_NET) != (__BYTE_ORDER == __BIG_ENDIAN);
+	atomic_store(&s->sseq_comp, credits);
+	s->sseq_no = 0;
+	s->target_sgl[0] = buf;
+	memset(&s->target_sgl[1], 0, sizeof(s->target_sgl[1]));
+	s->target_idx = 0;
+	s->remote_idx = 1;	/* entry 0 holds the buffer given in the exchange */
+	return 0;
+}
+
+/* --- resources --- */
+
+static uint32_t pow2_at_least(uint32_t v)
+{
+	uint32_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+/* PD, completion channel, CQ, QP, rings and MRs for the id's device. */
+static int sock_conn_resources(struct ferry_sock *s)
+{
+	struct ferry_qp_init_attr attr = { 0 };
+	const char *tp;
+	size_t rlen;
+
+	s->ctx = s->id->verbs;
+	tp = s->ctx ? ferry_get_device_transport(s->ctx->device) : NULL;
+	s->verbs_transport = tp && strcmp(tp, "verbs") == 0;
+	s->pd = sock_pd_get(s->ctx);
+	if (!s->pd)
+		return -1;
+	s->cch = ferry_create_comp_channel(s->ctx);
+	if (!s->cch)
+		return -1;
+	fcntl(s->cch->fd, F_SETFL, fcntl(s->cch->fd, F_GETFL) | O_NONBLOCK);
+	if (sock_epoll_add(s, s->cch->fd) < 0)
+		return -1;
+	s->cq = ferry_create_cq(s->ctx, (int)(s->sq_size + s->rq_size), s, s->cch, 0);
+	if (!s->cq)
+		return -1;
+
+	s->rbuf_size = pow2_at_least(s->rbuf_size);
+	s->sbuf_size = pow2_at_least(s->sbuf_size);
+	/* Ring and target SGL in one block; untouched pages stay unallocated. */
+	rlen = s->rbuf_size + 4096;
+	s->rbuf = ferry_alloc(rlen);
+	if (!s->rbuf)
+		return -1;
+	s->target_sgl = (struct rs_sge *)(s->rbuf + s->rbuf_size);
+	s->rmr = ferry_reg_mr(s->pd, s->rbuf, rlen,
+			      FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE);
+	if (!s->rmr)
+		return -1;
+	s->sbuf = mmap(NULL, s->sbuf_size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s->sbuf == MAP_FAILED) {
+		s->sbuf = NULL;
+		return -1;
+	}
+	s->smr = ferry_reg_mr(s->pd, s->sbuf, s->sbuf_size, FERRY_ACCESS_LOCAL_WRITE);
+	if (!s->smr)
+		return -1;
+
+	attr.send_cq = s->cq;
+	attr.recv_cq = s->cq;
+	attr.qp_type = FERRY_QPT_RC;
+	attr.cap.max_send_wr = s->sq_size;
+	attr.cap.max_recv_wr = s->rq_size;
+	attr.cap.max_send_sge = 2;
+	attr.cap.max_recv_sge = 1;
+	attr.cap.max_inline_data = s->inline_size;
+	if (ferry_cm_create_qp(s->id, s->pd, &attr) < 0)
+		return -1;
+	s->qp = s->id->qp;
+	if (attr.cap.max_inline_data < s->inline_size)
+		s->inline_size = attr.cap.max_inline_data;
+
+	atomic_store(&s->sqe_avail, (int)s->sq_size);
+	atomic_store(&s->sbuf_free, s->sbuf_size);
+	s->sbuf_head = 0;
+	atomic_store(&s->r_received, 0);
+	atomic_store(&s->r_consumed, 0);
+	atomic_store(&s->rseq_no, 0);
+	s->rseq_comp = (uint16_t)s->rq_size;
+	s->r_published = s->rbuf_size / 2;
+	return sock_post_initial_recvs(s);
+}
+
+void sock_conn_teardown(struct ferry_sock *s)
+{
+	struct ferry_sock *p;
+
+	/* A listener's accepted sockets nobody took. */
+	while ((p = s->pending) || (p = s->ready)) {
+		if (p == s->pending)
+			s->pending = p->next;
+		else
+			s->ready = p->next;
+		sock_free(p);
+	}
+	if (s->qp) {
+		ferry_cm_destroy_qp(s->id);
+		s->qp = NULL;
+	}
+	if (s->id) {
+		ferry_destroy_id(s->id);
+		s->id = NULL;
+	}
+	if (s->cq) {
+		ferry_destroy_cq(s->cq);
+		s->cq = NULL;
+	}
+	if (s->cch) {
+		sock_epoll_del(s, s->cch->fd);
+		ferry_destroy_comp_channel(s->cch);
+		s->cch = NULL;
+	}
+	if (s->smr)
+		ferry_dereg_mr(s->smr);
+	if (s->rmr)
+		ferry_dereg_mr(s->rmr);
+	s->smr = s->rmr = NULL;
+	if (s->sbuf)
+		munmap(s->sbuf, s->sbuf_size);
+	if (s->rbuf)
+		ferry_free(s->rbuf);
+	s->sbuf = s->rbuf = NULL;
+	if (s->chan) {
+		if (s->chan_in_epoll)
+			sock_epoll_del(s, s->chan->ch->fd);
+		sock_chan_put(s->chan);
+		s->chan = NULL;
+	}
+}
+
+static void sock_conn_param(struct ferry_conn_param *param, const uint8_t *pd)
+{
+	memset(param, 0, sizeof(*param));
+	param->private_data = pd;
+	param->private_data_len = RS_PRIVATE_DATA_LEN;
+	param->responder_resources = 1;
+	param->initiator_depth = 1;
+	param->retry_count = 7;
+	param->rnr_retry_count = 7;
+}
+
+/* --- active side --- */
+
+static int sock_own_chan(struct ferry_sock *s)
+{
+	s->chan = sock_chan_new();
+	if (!s->chan)
+		return -1;
+	if (sock_epoll_add(s, s->chan->ch->fd) < 0)
+		return -1;
+	s->chan_in_epoll = true;
+	return 0;
+}
+
+int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen_t len)
+{
+	struct sockaddr_storage dst;
+
+	memset(&dst, 0, sizeof(dst));
+	memcpy(&dst, addr, len < sizeof(dst) ? len : sizeof(dst));
+	if (sock_own_chan(s) < 0 ||
+	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0)
+		goto err;
+	if (ferry_resolve_addr(s->id, s->bound.ss_family ? (struct sockaddr *)&s->bound : NULL,
+			       (struct sockaddr *)&dst, SOCK_CM_TIMEOUT_MS) < 0)
+		goto err;
+	s->state = SOCK_CONNECTING;
+	return 0;
+err:
+	{
+		int e = errno;
+
+		sock_conn_teardown(s);
+		return ERR(e);
+	}
+}
+
+static void sock_conn_fail(struct ferry_sock *s, int err)
+{
+	ferry_debug("sock %d: connect failed: %s", s->fd, strerror(err));
+	s->so_error = err;
+	__atomic_store_n(&s->state, SOCK_FAILED, __ATOMIC_RELEASE);
+}
+
+static int sock_event_errno(const struct ferry_cm_event *ev)
+{
+	switch (ev->event) {
+	case FERRY_CM_EVENT_REJECTED:
+		return ECONNREFUSED;
+	case FERRY_CM_EVENT_ADDR_ERROR:
+	case FERRY_CM_EVENT_ROUTE_ERROR:
+		return ev->status > 0 ? ev->status : EHOSTUNREACH;
+	case FERRY_CM_EVENT_UNREACHABLE:
+		return ev->status > 0 && ev->status != ETIMEDOUT ? ev->status : ETIMEDOUT;
+	default:
+		return ev->status > 0 ? ev->status : ECONNREFUSED;
+	}
+}
+
+/* One event of a connecting (or connected) socket's own channel. */
+static void sock_conn_active_event(struct ferry_sock *s, struct ferry_cm_event *ev)
+{
+	uint8_t pd[RS_PRIVATE_DATA_LEN];
+	struct ferry_conn_param param;
+
+	if (s->state != SOCK_CONNECTING) {
+		if (ev->event == FERRY_CM_EVENT_DISCONNECTED)
+			atomic_fetch_or(&s->closed, SOCK_PEER_SHUT_WR);
+		return;
+	}
+	switch (ev->event) {
+	case FERRY_CM_EVENT_ADDR_RESOLVED:
+		if (ferry_resolve_route(s->id, SOCK_CM_TIMEOUT_MS) < 0)
+			sock_conn_fail(s, errno);
+		break;
+	case FERRY_CM_EVENT_ROUTE_RESOLVED:
+		if (sock_conn_resources(s) < 0) {
+			sock_conn_fail(s, errno);
+			break;
+		}
+		sock_conn_data_build(s, pd);
+		sock_conn_param(&param, pd);
+		if (ferry_connect(s->id, &param) < 0)
+			sock_conn_fail(s, errno);
+		break;
+	case FERRY_CM_EVENT_ESTABLISHED:
+		if (sock_conn_data_take(s, ev->param.conn.private_data,
+					ev->param.conn.private_data_len) < 0) {
+			sock_conn_fail(s, errno);
+			ferry_disconnect(s->id);
+			break;
+		}
+		atomic_store(&s->last_rx_ns, sock_now_ns());
+		__atomic_store_n(&s->state, SOCK_CONNECTED, __ATOMIC_RELEASE);
+		sock_ka_update(s);
+		break;
+	default:
+		sock_conn_fail(s, sock_event_errno(ev));
+		break;
+	}
+}
+
+/* --- passive side --- */
+
+int sock_conn_listen(struct ferry_sock *s, int backlog)
+{
+	struct sockaddr_storage any;
+
+	if (sock_own_chan(s) < 0 ||
+	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0)
+		goto err;
+	if (!s->bound.ss_family) {
+		memset(&any, 0, sizeof(any));
+		any.ss_family = (sa_family_t)s->domain;
+	}
+	if (ferry_bind_addr(s->id, s->bound.ss_family ? (struct sockaddr *)&s->bound :
+			    (struct sockaddr *)&any) < 0 ||
+	    ferry_listen(s->id, backlog > 0 ? backlog : 128) < 0)
+		goto err;
+	s->backlog = backlog;
+	s->state = SOCK_LISTENING;
+	return 0;
+err:
+	{
+		int e = errno;
+
+		sock_conn_teardown(s);
+		return ERR(e);
+	}
+}
+
+/* A connection request: a new socket with its resources, accepted at once. */
+static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
+{
+	uint8_t pd[RS_PRIVATE_DATA_LEN];
+	struct ferry_conn_param param;
+	struct ferry_sock *s;
+
+	s = sock_new(l->domain, false, true);
+	if (!s) {
+		ferry_warn("sock: no memory for a connection request: rejecting it");
+		ferry_reject(ev->id, NULL, 0);
+		ferry_destroy_id(ev->id);
+		return;
+	}
+	/* Options set on the listener are inherited, as with TCP. */
+	s->sbuf_size = l->sbuf_size;
+	s->rbuf_size = l->rbuf_size;
+	s->sq_size = l->sq_size;
+	s->rq_size = l->rq_size;
+	s->inline_size = l->inline_size;
+	s->keepalive = l->keepalive;
+	s->keepidle = l->keepidle;
+	s->keepintvl = l->keepintvl;
+	s->keepcnt = l->keepcnt;
+	s->nodelay = l->nodelay;
+	s->linger_on = l->linger_on;
+	s->linger_s = l->linger_s;
+	s->id = ev->id;
+	s->id->context = s;
+	s->chan = l->chan;
+	atomic_fetch_add(&l->chan->refs, 1);
+	if (sock_conn_resources(s) < 0 ||
+	    sock_conn_data_take(s, ev->param.conn.private_data,
+				ev->param.conn.private_data_len) < 0)
+		goto err_reject;
+	sock_conn_data_build(s, pd);
+	sock_conn_param(&param, pd);
+	if (ferry_accept(s->id, &param) < 0)
+		goto err_reject;
+	s->state = SOCK_ACCEPTING;
+	s->next = l->pending;
+	l->pending = s;
+	return;
+
+err_reject:
+	ferry_info("sock: refusing a connection: %m");
+	ferry_reject(s->id, NULL, 0);
+	sock_free(s);
+}
+
+static struct ferry_sock *sock_unlink_pending(struct ferry_sock *l, struct ferry_cm_id *id)
+{
+	struct ferry_sock **pp, *s;
+
+	for (pp = &l->pending; (s = *pp); pp = &s->next) {
+		if (s->id == id) {
+			*pp = s->next;
+			s->next = NULL;
+			return s;
+		}
+	}
+	return NULL;
+}
+
+static void sock_conn_passive_event(struct ferry_sock *l, struct ferry_cm_event *ev)
+{
+	struct ferry_sock *s;
+
+	if (ev->event == FERRY_CM_EVENT_CONNECT_REQUEST) {
+		sock_conn_request(l, ev);
+		return;
+	}
+	if (ev->id == l->id)
+		return;
+	s = sock_unlink_pending(l, ev->id);
+	if (!s)
+		return;	/* an accepted socket's later events: its QP tells */
+	if (ev->event != FERRY_CM_EVENT_ESTABLISHED) {
+		ferry_info("sock: accepted connection failed: %s", ferry_event_str(ev->event));
+		sock_free(s);
+		return;
+	}
+	atomic_store(&s->last_rx_ns, sock_now_ns());
+	__atomic_store_n(&s->state, SOCK_CONNECTED, __ATOMIC_RELEASE);
+	if (l->ready_tail)
+		l->ready_tail->next = s;
+	else
+		l->ready = s;
+	l->ready_tail = s;
+	l->nready++;
+}
+
+struct ferry_sock *sock_conn_take_ready(struct ferry_sock *l)
+{
+	struct ferry_sock *s = l->ready;
+
+	if (!s)
+		return NULL;
+	l->ready = s->next;
+	if (!l->ready)
+		l->ready_tail = NULL;
+	l->nready--;
+	s->next = NULL;
+	sock_ka_update(s);
+	return s;
+}
+
+void sock_conn_process(struct ferry_sock *s)
+{
+	struct ferry_cm_event *ev;
+
+	if (!s->chan || !s->chan_in_epoll)
+		return;
+	while (ferry_get_cm_event(s->chan->ch, &ev) == 0) {
+		if (s->state == SOCK_LISTENING)
+			sock_conn_passive_event(s, ev);
+		else
+			sock_conn_active_event(s, ev);
+		ferry_ack_cm_event(ev);
+	}
+}

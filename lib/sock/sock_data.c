@@ -1,0 +1,523 @@
+/*
+ * sock_data.c - the data path of rsocket's protocol: data written into the
+ * peer's ring with RDMA WRITE WITH IMM, credits and target SGL updates
+ * going back, control messages, and the progress that turns completions
+ * into ring and credit state.
+ *
+ * Sequence numbers of messages (sseq_no, sseq_comp, rseq_no, rseq_comp)
+ * are 16 bits wide and compared modulo 2^16, as the 16-bit credits field
+ * of the connect data implies; ring positions are absolute 64-bit byte
+ * counts, taken modulo the (power of two) ring size.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <endian.h>
+#include <signal.h>
+#include <string.h>
+
+#include "sock-internal.h"
+
+/* wr_id of receives; sends carry the number of sbuf bytes they free. */
+#define SOCK_WR_RECV		(1ull << 63)
+#define SOCK_POLL_BATCH		32
+
+static inline uint32_t rs_imm(uint32_t op, uint32_t value)
+{
+	return htobe32(op | (value & RS_VALUE_MASK));
+}
+
+/* --- posting (plock held) --- */
+
+static int sock_post_write(struct ferry_sock *s, struct ferry_sge *sge, int nsge,
+			   unsigned int flags, uint64_t raddr, uint32_t rkey,
+			   uint32_t imm, uint64_t wr_id)
+{
+	struct ferry_send_wr wr = {
+		.wr_id = wr_id,
+		.sg_list = sge,
+		.num_sge = nsge,
+		.opcode = FERRY_WR_RDMA_WRITE_WITH_IMM,
+		.send_flags = flags | FERRY_SEND_SIGNALED,
+		.imm_data = imm,
+	};
+	struct ferry_send_wr *bad;
+
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (ferry_post_send(s->qp, &wr, &bad) < 0) {
+		ferry_info("sock %d: post_send: %m", s->fd);
+		atomic_fetch_or(&s->closed, SOCK_RESET);
+		return -1;
+	}
+	s->sseq_no++;
+	atomic_fetch_sub(&s->sqe_avail, 1);
+	return 0;
+}
+
+static inline uint16_t sock_credits(struct ferry_sock *s)
+{
+	return (uint16_t)(atomic_load_explicit(&s->sseq_comp, memory_order_acquire) -
+			  s->sseq_no);
+}
+
+/* A 0-byte control message; takes plock.  Credits permitting, or relying
+ * on the peer's RNR retry when they are all gone (as rsocket does). */
+int sock_send_ctrl(struct ferry_sock *s, uint32_t ctrl)
+{
+	int ret, tries = 0;
+
+	if (!s->qp)
+		return ERR(ENOTCONN);
+	for (;;) {
+		pthread_mutex_lock(&s->plock);
+		if (atomic_load(&s->sqe_avail) > 0)
+			break;
+		pthread_mutex_unlock(&s->plock);
+		if (sock_progress(s) == 0 && ++tries > 100000)
+			return ERR(ENOBUFS);
+	}
+	ret = sock_post_write(s, NULL, 0, 0, s->remote_sgl.addr, s->remote_sgl.key,
+			      rs_imm(RS_OP_CTRL, ctrl), 0);
+	pthread_mutex_unlock(&s->plock);
+	return ret;
+}
+
+/*
+ * sock_give_credits - grant credits (absolute: rseq_no + rq_size) when half
+ * the receive queue was used since the last grant, and publish the next
+ * half of the ring once the application has freed it.  Takes plock.
+ */
+void sock_give_credits(struct ferry_sock *s, bool force)
+{
+	uint16_t rseq, limit;
+	uint64_t consumed, half = s->rbuf_size / 2;
+	bool publish, credit;
+	struct rs_sge sge;
+	struct ferry_sge g;
+
+	if (!s->qp || (atomic_load(&s->closed) & (SOCK_RESET | SOCK_DISC_SENT)))
+		return;
+	pthread_mutex_lock(&s->plock);
+	rseq = atomic_load(&s->rseq_no);
+	consumed = atomic_load(&s->r_consumed);
+	limit = (uint16_t)(rseq + s->rq_size);
+	publish = s->r_published + half <= consumed + s->rbuf_size;
+	credit = (uint16_t)(limit - s->rseq_comp) >= s->rq_size / 2;
+	if ((!publish && !credit && !force) || atomic_load(&s->sqe_avail) <= 0) {
+		pthread_mutex_unlock(&s->plock);
+		return;
+	}
+	if (publish) {
+		sge.addr = (uintptr_t)(s->rbuf + (s->r_published & (s->rbuf_size - 1)));
+		sge.key = s->rmr->rkey;
+		sge.length = (uint32_t)half;
+		if (s->peer_swap) {
+			sge.addr = __builtin_bswap64(sge.addr);
+			sge.key = __builtin_bswap32(sge.key);
+			sge.length = __builtin_bswap32(sge.length);
+		}
+		g.addr = (uintptr_t)&sge;
+		g.length = sizeof(sge);
+		g.lkey = 0;
+		if (sock_post_write(s, &g, 1, FERRY_SEND_INLINE,
+				    s->remote_sgl.addr + (uint64_t)s->remote_idx * sizeof(sge),
+				    s->remote_sgl.key, rs_imm(RS_OP_SGL, limit), 0) == 0) {
+			s->remote_idx = (s->remote_idx + 1) % (int)s->remote_sgl.length;
+			s->r_published += half;
+			s->rseq_comp = limit;
+		}
+	} else if (sock_post_write(s, NULL, 0, 0, s->remote_sgl.addr, s->remote_sgl.key,
+				   rs_imm(RS_OP_SGL, limit), 0) == 0) {
+		s->rseq_comp = limit;
+	}
+	pthread_mutex_unlock(&s->plock);
+}
+
+/* --- progress --- */
+
+static int sock_post_recvs(struct ferry_sock *s, uint32_t n)
+{
+	struct ferry_recv_wr wrs[SOCK_POLL_BATCH], *bad;
+	uint32_t i, k;
+
+	while (n) {
+		k = n < SOCK_POLL_BATCH ? n : SOCK_POLL_BATCH;
+		for (i = 0; i < k; i++) {
+			wrs[i] = (struct ferry_recv_wr){ .wr_id = SOCK_WR_RECV,
+							 .next = i + 1 < k ? &wrs[i + 1] : NULL };
+		}
+		if (ferry_post_recv(s->qp, wrs, &bad) < 0)
+			return -1;
+		n -= k;
+	}
+	return 0;
+}
+
+int sock_post_initial_recvs(struct ferry_sock *s)
+{
+	return sock_post_recvs(s, s->rq_size);
+}
+
+/* A failed completion: the connection is gone, orderly or not. */
+static void sock_wc_failed(struct ferry_sock *s, const struct ferry_wc *wc)
+{
+	unsigned int closed = atomic_load(&s->closed);
+
+	if (wc->status != FERRY_WC_WR_FLUSH_ERR)
+		ferry_info("sock %d: %s completion: %s", s->fd,
+			   wc->opcode & FERRY_WC_RECV ? "receive" : "send",
+			   ferry_wc_status_str(wc->status));
+	if (!(closed & SOCK_PEER_GONE) || wc->status != FERRY_WC_WR_FLUSH_ERR)
+		atomic_fetch_or(&s->closed, SOCK_RESET);
+}
+
+static void sock_recv_msg(struct ferry_sock *s, uint32_t imm, bool *answer)
+{
+	uint32_t value = imm & RS_VALUE_MASK;
+
+	switch (imm & RS_OP_MASK) {
+	case RS_OP_DATA:
+		atomic_fetch_add_explicit(&s->r_received, value, memory_order_release);
+		break;
+	case RS_OP_SGL:
+		atomic_store_explicit(&s->sseq_comp, (uint16_t)value, memory_order_release);
+		break;
+	case RS_OP_CTRL:
+		if (value == RS_CTRL_DISCONNECT)
+			atomic_fetch_or(&s->closed, SOCK_PEER_SHUT_WR | SOCK_PEER_GONE);
+		else if (value == RS_CTRL_SHUTDOWN)
+			atomic_fetch_or(&s->closed, SOCK_PEER_SHUT_WR);
+		else if (value == RS_CTRL_KEEPALIVE)
+			*answer = true;
+		break;
+	default:
+		break;	/* iomap updates: no iomap is offered */
+	}
+}
+
+int sock_progress(struct ferry_sock *s)
+{
+	struct ferry_wc wc[SOCK_POLL_BATCH];
+	bool got_recv = false, answer = false;
+	int n, i, total = 0;
+
+	if (!s->cq)
+		return 0;
+	pthread_mutex_lock(&s->cqlock);
+	do {
+		n = ferry_poll_cq(s->cq, SOCK_POLL_BATCH, wc);
+		for (i = 0; i < n; i++) {
+			if (wc[i].opcode & FERRY_WC_RECV) {
+				s->recv_repost++;
+				if (wc[i].status != FERRY_WC_SUCCESS) {
+					sock_wc_failed(s, &wc[i]);
+					continue;
+				}
+				got_recv = true;
+				atomic_fetch_add(&s->rseq_no, 1);
+				sock_recv_msg(s, be32toh(wc[i].imm_data), &answer);
+			} else {
+				if (wc[i].status != FERRY_WC_SUCCESS)
+					sock_wc_failed(s, &wc[i]);
+				else if (s->verbs_transport)
+					s->ka_probe_acked = true;
+				atomic_fetch_add(&s->sqe_avail, 1);
+				atomic_fetch_add(&s->sbuf_free, (uint32_t)wc[i].wr_id);
+			}
+		}
+		total += n > 0 ? n : 0;
+	} while (n == SOCK_POLL_BATCH);
+	if (s->recv_repost && !(atomic_load(&s->closed) & SOCK_RESET)) {
+		if (sock_post_recvs(s, s->recv_repost) == 0)
+			s->recv_repost = 0;
+	}
+	pthread_mutex_unlock(&s->cqlock);
+	if (got_recv) {
+		if (s->keepalive)
+			atomic_store(&s->last_rx_ns, sock_now_ns());
+		sock_give_credits(s, answer);
+	}
+	return total;
+}
+
+/* --- sending --- */
+
+/* Bytes that may go in the next write; slock held. */
+static uint32_t sock_send_space(struct ferry_sock *s)
+{
+	volatile struct rs_sge *t = &s->target_sgl[s->target_idx];
+	uint32_t space = t->length, free_bytes = atomic_load(&s->sbuf_free);
+
+	if (!space || sock_credits(s) <= RS_QP_CTRL_SIZE ||
+	    atomic_load(&s->sqe_avail) <= RS_QP_CTRL_SIZE)
+		return 0;
+	if (space > RS_MAX_TRANSFER)
+		space = RS_MAX_TRANSFER;
+	if (space > free_bytes)
+		space = free_bytes;
+	return space;
+}
+
+bool sock_writable(struct ferry_sock *s)
+{
+	return !s->qp || (atomic_load(&s->closed) & (SOCK_RESET | SOCK_PEER_GONE)) ||
+	       sock_send_space(s) > 0;
+}
+
+static bool sock_send_ready(struct ferry_sock *s)
+{
+	sock_progress(s);
+	return sock_writable(s);
+}
+
+/* The errno a send gets on a connection that cannot carry it, or 0. */
+static int sock_send_error(struct ferry_sock *s)
+{
+	unsigned int closed = atomic_load(&s->closed);
+
+	if (!sock_is_connected(s))
+		return ENOTCONN;
+	if (closed & SOCK_TIMEDOUT)
+		return ETIMEDOUT;
+	if (closed & (SOCK_SHUT_WR | SOCK_PEER_GONE))
+		return EPIPE;
+	if (closed & SOCK_RESET)
+		return ECONNRESET;
+	return 0;
+}
+
+/* Gather @len bytes from the iovec cursor into @dst. */
+static void sock_gather(uint8_t *dst, size_t len, const struct iovec **iov_p, size_t *off_p)
+{
+	while (len) {
+		const struct iovec *v = *iov_p;
+		size_t n = v->iov_len - *off_p;
+
+		if (n > len)
+			n = len;
+		memcpy(dst, (const uint8_t *)v->iov_base + *off_p, n);
+		dst += n;
+		len -= n;
+		*off_p += n;
+		if (*off_p == v->iov_len) {
+			(*iov_p)++;
+			*off_p = 0;
+		}
+	}
+}
+
+/* Write @len bytes from the cursor into the current target buffer; slock held. */
+static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
+			   size_t *off_p)
+{
+	struct rs_sge *t = &s->target_sgl[s->target_idx];
+	uint8_t small[256];
+	struct ferry_sge sge[2];
+	unsigned int flags = 0;
+	uint64_t wr_bytes = 0;
+	int nsge = 1, ret;
+
+	if (len <= s->inline_size && len <= sizeof(small)) {
+		sock_gather(small, len, iov_p, off_p);
+		sge[0] = (struct ferry_sge){ (uintptr_t)small, len, 0 };
+		flags = FERRY_SEND_INLINE;
+	} else {
+		uint32_t head = s->sbuf_head, first = s->sbuf_size - head;
+
+		if (first > len)
+			first = len;
+		sock_gather(s->sbuf + head, first, iov_p, off_p);
+		sge[0] = (struct ferry_sge){ (uintptr_t)(s->sbuf + head), first, s->smr->lkey };
+		if (first < len) {
+			sock_gather(s->sbuf, len - first, iov_p, off_p);
+			sge[1] = (struct ferry_sge){ (uintptr_t)s->sbuf, len - first,
+						     s->smr->lkey };
+			nsge = 2;
+		}
+		s->sbuf_head = (head + len) & (s->sbuf_size - 1);
+		atomic_fetch_sub(&s->sbuf_free, len);
+		wr_bytes = len;
+	}
+	pthread_mutex_lock(&s->plock);
+	ret = sock_post_write(s, sge, nsge, flags, t->addr, t->key, rs_imm(RS_OP_DATA, len),
+			      wr_bytes);
+	pthread_mutex_unlock(&s->plock);
+	if (ret < 0)
+		return -1;
+	t->addr += len;
+	t->length -= len;
+	if (!t->length)
+		s->target_idx = (s->target_idx + 1) % RS_SGL_SIZE;
+	return 0;
+}
+
+ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt, int flags)
+{
+	bool nonblock = (flags & MSG_DONTWAIT) || atomic_load(&s->nonblock);
+	const struct iovec *cur = iov;
+	size_t total = 0, sent = 0, off = 0;
+	int i, err = 0;
+
+	for (i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	while (iovcnt > 0 && cur->iov_len == 0 && cur < iov + iovcnt - 1)
+		cur++;
+	pthread_mutex_lock(&s->slock);
+	while (sent < total || (total == 0 && !sent)) {
+		uint32_t space;
+
+		err = sock_send_error(s);
+		if (err || total == 0)
+			break;
+		space = sock_send_space(s);
+		if (!space) {
+			sock_progress(s);
+			space = sock_send_space(s);
+		}
+		if (!space) {
+			if (nonblock) {
+				err = EAGAIN;
+				break;
+			}
+			if (sock_wait(s, sock_send_ready, 0) < 0) {
+				err = errno;
+				break;
+			}
+			continue;
+		}
+		if (space > total - sent)
+			space = (uint32_t)(total - sent);
+		while (cur->iov_len == 0)
+			cur++;
+		if (sock_write_data(s, space, &cur, &off) < 0) {
+			err = sock_send_error(s);
+			break;
+		}
+		sent += space;
+	}
+	pthread_mutex_unlock(&s->slock);
+	if (sent)
+		return (ssize_t)sent;
+	if (err == EPIPE && !(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+	return err ? ERR(err) : 0;
+}
+
+bool sock_drain_sends(struct ferry_sock *s, int timeout_ms)
+{
+	uint64_t deadline = sock_now_ns() + (uint64_t)timeout_ms * 1000000u;
+
+	while (atomic_load(&s->sqe_avail) < (int)s->sq_size &&
+	       !(atomic_load(&s->closed) & SOCK_RESET)) {
+		if (sock_progress(s))
+			continue;
+		if (sock_now_ns() >= deadline)
+			return false;
+		sched_yield();
+	}
+	return true;
+}
+
+/* --- receiving --- */
+
+uint64_t sock_readable_bytes(struct ferry_sock *s)
+{
+	return atomic_load_explicit(&s->r_received, memory_order_acquire) -
+	       atomic_load_explicit(&s->r_consumed, memory_order_relaxed);
+}
+
+static bool sock_recv_ready(struct ferry_sock *s)
+{
+	sock_progress(s);
+	return sock_readable_bytes(s) > 0 || atomic_load(&s->closed) || !sock_is_connected(s);
+}
+
+/* Copy up to @len ring bytes from absolute position @pos into the iovecs. */
+static size_t sock_ring_copy(struct ferry_sock *s, uint64_t pos, size_t len,
+			     const struct iovec **iov_p, size_t *off_p, const struct iovec *end)
+{
+	size_t done = 0;
+
+	while (done < len && *iov_p < end) {
+		const struct iovec *v = *iov_p;
+		size_t ring_off = (size_t)((pos + done) & (s->rbuf_size - 1));
+		size_t n = len - done;
+
+		if (n > s->rbuf_size - ring_off)
+			n = s->rbuf_size - ring_off;
+		if (n > v->iov_len - *off_p)
+			n = v->iov_len - *off_p;
+		memcpy((uint8_t *)v->iov_base + *off_p, s->rbuf + ring_off, n);
+		done += n;
+		*off_p += n;
+		if (*off_p == v->iov_len) {
+			(*iov_p)++;
+			*off_p = 0;
+		}
+	}
+	return done;
+}
+
+ssize_t sock_data_recv(struct ferry_sock *s, const struct iovec *iov, int iovcnt, int flags)
+{
+	bool nonblock = (flags & MSG_DONTWAIT) || atomic_load(&s->nonblock);
+	const struct iovec *cur = iov, *end = iov + iovcnt;
+	size_t total = 0, got = 0, off = 0;
+	int i, err = 0;
+
+	for (i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	if (!s->qp)
+		return sock_is_connected(s) ? 0 : ERR(ENOTCONN);
+	pthread_mutex_lock(&s->rlock);
+	for (;;) {
+		uint64_t avail = sock_readable_bytes(s), pos;
+		unsigned int closed;
+		size_t n;
+
+		if (avail < total - got) {
+			sock_progress(s);
+			avail = sock_readable_bytes(s);
+		}
+		closed = atomic_load(&s->closed);
+		if (closed & SOCK_SHUT_RD)
+			break;
+		if (avail && total) {
+			pos = atomic_load(&s->r_consumed) + ((flags & MSG_PEEK) ? got : 0);
+			n = sock_ring_copy(s, pos, avail < total - got ? avail : total - got,
+					   &cur, &off, end);
+			got += n;
+			if (!(flags & MSG_PEEK)) {
+				atomic_fetch_add_explicit(&s->r_consumed, n, memory_order_release);
+				sock_give_credits(s, false);
+			}
+			if (got == total || !(flags & MSG_WAITALL) || (flags & MSG_PEEK))
+				break;
+			continue;
+		}
+		if (!total)
+			break;
+		if (closed & SOCK_PEER_SHUT_WR)
+			break;
+		if (closed & (SOCK_RESET | SOCK_TIMEDOUT)) {
+			err = closed & SOCK_TIMEDOUT ? ETIMEDOUT : ECONNRESET;
+			break;
+		}
+		if (nonblock) {
+			err = EAGAIN;
+			break;
+		}
+		pthread_mutex_unlock(&s->rlock);
+		if (sock_wait(s, sock_recv_ready, 0) < 0)
+			err = errno;
+		pthread_mutex_lock(&s->rlock);
+		if (err)
+			break;
+	}
+	pthread_mutex_unlock(&s->rlock);
+	if (got || !err)
+		return (ssize_t)got;
+	return ERR(err);
+}
