@@ -111,6 +111,7 @@ for size in 64 4096; do
 		rc=$?
 		[ $rc = 0 ] || { fail "ferry-ping -s exited with $rc:"; cat "$tmp/fs.err"; }
 		check_data "$tmp/fs.out" "server ping data: " "$size"
+		grep "^ferry-ping: served" "$tmp/fs.out" | sed "s/^/$prog: -S $size rping -c with /"
 		grep -q "^ferry-ping: served $count pings" "$tmp/fs.out" ||
 			fail "ferry-ping -s did not serve $count pings: $(tail -n 1 "$tmp/fs.out")"
 	fi
@@ -127,8 +128,11 @@ for size in 64 4096; do
 	rc=$?
 	[ $rc = 0 ] || { fail "ferry-ping -c -S $size against rping -s exited with $rc:"; cat "$tmp/fc.err"; }
 	check_data "$tmp/fc.out" "ping data: " "$size"
-	grep -Eq "^ferry-ping: $count pings, rtt min/p50/p99/max = [0-9./]+ us$" "$tmp/fc.out" ||
+	if grep -Eq "^ferry-ping: $count pings, rtt min/p50/p99/max = [0-9./]+ us$" "$tmp/fc.out"; then
+		echo "$prog: -S $size ferry-ping -c with rping -s: $(tail -n 1 "$tmp/fc.out")"
+	else
 		fail "ferry-ping -c printed no summary: $(tail -n 1 "$tmp/fc.out")"
+	fi
 	reap "$server"
 	rc=$?
 	[ $rc = 0 ] || { fail "rping -s exited with $rc:"; tail -n 20 "$tmp/rs.out" "$tmp/rs.err"; }
