@@ -62,7 +62,7 @@ static void robust_send_fd(int fd, const void *buf, size_t len)
 	union {
 		char b[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
-	} ctl;
+	} ctl = { 0 };
 	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
 			     .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
