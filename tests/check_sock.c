@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,7 @@ static short ts_poll(int fd, short events, int ms)
 }
 
 /* A non-blocking connect to @port, made blocking again once connected. */
-static __attribute__((unused)) int ts_connect_start(uint16_t port)
+static int ts_connect_start(uint16_t port)
 {
 	struct sockaddr_in sin;
 	int c = ferry_socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -123,7 +124,7 @@ static void ts_pair(int *a, int *b)
 	ts_pair_opts(a, b, 0);
 }
 
-static __attribute__((unused)) void ts_fill(uint8_t *buf, size_t len, uint32_t seed)
+static void ts_fill(uint8_t *buf, size_t len, uint32_t seed)
 {
 	size_t i;
 
@@ -143,18 +144,6 @@ static void ts_read_all(int fd, void *buf, size_t len)
 
 		ck_assert_msg(n > 0, "recv: %zd (%s)", n, strerror(errno));
 		got += (size_t)n;
-	}
-}
-
-static __attribute__((unused)) void ts_write_all(int fd, const void *buf, size_t len)
-{
-	size_t put = 0;
-
-	while (put < len) {
-		ssize_t n = ferry_sock_send(fd, (const char *)buf + put, len - put, MSG_NOSIGNAL);
-
-		ck_assert_msg(n > 0, "send: %zd (%s)", n, strerror(errno));
-		put += (size_t)n;
 	}
 }
 
@@ -202,6 +191,621 @@ START_TEST(test_connect_send_recv_close)
 }
 END_TEST
 
+/* --- partial transfers and flags --- */
+
+START_TEST(test_partial_write_read)
+{
+	size_t len = 1 << 20;
+	uint8_t *out = malloc(len), *in = malloc(len);
+	ssize_t n, m;
+	int a, b;
+
+	ts_pair(&a, &b);
+	ts_fill(out, len, 7);
+	/* The peer's ring (128 KiB) takes only part of a non-blocking send. */
+	n = ferry_sock_send(a, out, len, MSG_DONTWAIT);
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_lt(n, (ssize_t)len);
+	ck_assert_int_le(n, 128 * 1024);
+	ck_assert_int_eq(ferry_sock_send(a, out + n, len - (size_t)n, MSG_DONTWAIT), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	/* A read with a bigger buffer returns what is there: a partial read. */
+	m = ferry_sock_recv(b, in, len, 0);
+	ck_assert_int_gt(m, 0);
+	ck_assert_int_le(m, n);
+	ck_assert_int_eq(memcmp(in, out, (size_t)m), 0);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+	free(out);
+	free(in);
+}
+END_TEST
+
+START_TEST(test_peek_dontwait)
+{
+	char buf[32];
+	int a, b;
+
+	ts_pair(&a, &b);
+	ck_assert_int_eq(ferry_sock_recv(b, buf, sizeof(buf), MSG_DONTWAIT), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(ferry_sock_send(a, "0123456789", 10, 0), 10);
+	ck_assert(ts_poll(b, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+	ck_assert_int_eq(ferry_sock_recv(b, buf, 4, MSG_PEEK), 4);
+	ck_assert_int_eq(memcmp(buf, "0123", 4), 0);
+	ck_assert_int_eq(ferry_sock_recv(b, buf, sizeof(buf), MSG_PEEK), 10);
+	ck_assert_int_eq(ferry_sock_recv(b, buf, 6, 0), 6);
+	ck_assert_int_eq(memcmp(buf, "012345", 6), 0);
+	ck_assert_int_eq(ferry_sock_recv(b, buf, sizeof(buf), MSG_DONTWAIT), 4);
+	ck_assert_int_eq(memcmp(buf, "6789", 4), 0);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+}
+END_TEST
+
+struct ts_slow {
+	int fd;
+	int pieces;
+};
+
+static void *ts_slow_writer(void *arg)
+{
+	struct ts_slow *w = arg;
+	struct timespec ts = { 0, 20 * 1000 * 1000 };
+	int i;
+
+	for (i = 0; i < w->pieces; i++) {
+		nanosleep(&ts, NULL);
+		if (ferry_sock_send(w->fd, "abcd", 4, 0) != 4)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+START_TEST(test_waitall)
+{
+	struct ts_slow w;
+	pthread_t th;
+	char buf[16];
+	void *ret;
+	int a, b;
+
+	ts_pair(&a, &b);
+	w.fd = a;
+	w.pieces = 4;
+	ck_assert_int_eq(pthread_create(&th, NULL, ts_slow_writer, &w), 0);
+	ck_assert_int_eq(ferry_sock_recv(b, buf, 16, MSG_WAITALL), 16);
+	ck_assert_int_eq(memcmp(buf, "abcdabcdabcdabcd", 16), 0);
+	pthread_join(th, &ret);
+	ck_assert_ptr_null(ret);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+}
+END_TEST
+
+START_TEST(test_writev_readv_many)
+{
+	enum { NV = 100 };
+	struct iovec wv[NV], rv[NV];
+	uint8_t out[NV * 37], in[NV * 37];
+	size_t off = 0, total;
+	int a, b, i;
+
+	ts_pair(&a, &b);
+	ts_fill(out, sizeof(out), 3);
+	for (i = 0; i < NV; i++) {
+		size_t l = (size_t)(i % 7) * 11;	/* 0 .. 66, some empty */
+
+		wv[i].iov_base = out + off;
+		wv[i].iov_len = l;
+		off += l;
+	}
+	total = off;
+	ck_assert_int_eq(ferry_sock_writev(a, wv, NV), (ssize_t)total);
+	/* Read into iovecs of other sizes: every one must be filled. */
+	off = 0;
+	for (i = 0; i < NV && off < total; i++) {
+		size_t l = 1 + (size_t)(i % 5) * 23;
+
+		if (l > total - off)
+			l = total - off;
+		rv[i].iov_base = in + off;
+		rv[i].iov_len = l;
+		off += l;
+	}
+	ck_assert(ts_poll(b, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+	{
+		ssize_t got = 0;
+
+		while ((size_t)got < total) {
+			struct msghdr msg = { 0 };
+			int k = 0;
+			size_t skip = (size_t)got;
+
+			while (skip >= rv[k].iov_len) {
+				skip -= rv[k].iov_len;
+				k++;
+			}
+			ck_assert_int_eq(skip, 0);
+			msg.msg_iov = &rv[k];
+			msg.msg_iovlen = (size_t)(i - k);
+			ssize_t n = ferry_sock_recvmsg(b, &msg, MSG_WAITALL);
+
+			ck_assert_int_gt(n, 0);
+			got += n;
+		}
+		ck_assert_int_eq(got, (ssize_t)total);
+	}
+	ck_assert_int_eq(memcmp(in, out, total), 0);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+}
+END_TEST
+
+/* --- ends of connections --- */
+
+START_TEST(test_shutdown_both_ways)
+{
+	char buf[16];
+	int a, b;
+
+	ts_pair(&a, &b);
+	ck_assert_int_eq(ferry_sock_send(a, "last", 4, 0), 4);
+	ck_assert_int_eq(ferry_sock_shutdown(a, SHUT_WR), 0);
+	/* The data sent before the shutdown first, then EOF. */
+	ts_read_all(b, buf, 4);
+	ck_assert_int_eq(memcmp(buf, "last", 4), 0);
+	ck_assert_int_eq(ferry_sock_recv(b, buf, sizeof(buf), 0), 0);
+	ck_assert(ts_poll(b, POLLRDHUP, TS_TIMEOUT_MS) & POLLRDHUP);
+	/* a cannot write any more ... */
+	ck_assert_int_eq(ferry_sock_send(a, "x", 1, MSG_NOSIGNAL), -1);
+	ck_assert_int_eq(errno, EPIPE);
+	/* ... but still reads what b sends. */
+	ck_assert_int_eq(ferry_sock_send(b, "reply", 5, 0), 5);
+	ts_read_all(a, buf, 5);
+	ck_assert_int_eq(memcmp(buf, "reply", 5), 0);
+	ck_assert_int_eq(ferry_sock_shutdown(b, SHUT_WR), 0);
+	ck_assert_int_eq(ferry_sock_recv(a, buf, sizeof(buf), 0), 0);
+	/* SHUT_RD: reads return 0 at once. */
+	ck_assert_int_eq(ferry_sock_shutdown(b, SHUT_RD), 0);
+	ck_assert_int_eq(ferry_sock_recv(b, buf, sizeof(buf), 0), 0);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+}
+END_TEST
+
+static volatile sig_atomic_t ts_sigpipes;
+
+static void ts_on_sigpipe(int sig)
+{
+	(void)sig;
+	ts_sigpipes++;
+}
+
+START_TEST(test_epipe_sigpipe)
+{
+	struct sigaction sa = { .sa_handler = ts_on_sigpipe }, old;
+	char buf[8];
+	int a, b;
+
+	ts_pair(&a, &b);
+	ck_assert_int_eq(ferry_sock_close(b), 0);
+	ck_assert_int_eq(ferry_sock_recv(a, buf, sizeof(buf), 0), 0);	/* EOF */
+	ck_assert_int_eq(ferry_sock_send(a, "x", 1, MSG_NOSIGNAL), -1);
+	ck_assert_int_eq(errno, EPIPE);
+	ck_assert_int_eq(ts_sigpipes, 0);
+	sigaction(SIGPIPE, &sa, &old);
+	ck_assert_int_eq(ferry_sock_send(a, "x", 1, 0), -1);
+	ck_assert_int_eq(errno, EPIPE);
+	ck_assert_int_eq(ts_sigpipes, 1);
+	sigaction(SIGPIPE, &old, NULL);
+	ferry_sock_close(a);
+}
+END_TEST
+
+/* Fork a child that connects to @port, runs @fn with its socket, exits. */
+static pid_t ts_fork_client(uint16_t port, void (*fn)(int fd))
+{
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct sockaddr_in sin;
+		int c = ferry_socket(AF_INET, SOCK_STREAM, 0);
+
+		ts_addr(&sin, port);
+		if (c < 0 || ferry_sock_connect(c, (struct sockaddr *)&sin, sizeof(sin)) < 0)
+			_exit(2);
+		fn(c);
+		_exit(0);
+	}
+	return pid;
+}
+
+static void ts_child_send_and_hang(int fd)
+{
+	if (ferry_sock_send(fd, "alive", 5, 0) != 5)
+		_exit(3);
+	for (;;)
+		pause();
+}
+
+START_TEST(test_econnreset_on_sigkill)
+{
+	uint16_t port;
+	int l = ts_listen(&port), b, status;
+	pid_t pid = ts_fork_client(port, ts_child_send_and_hang);
+	char buf[8];
+
+	b = ferry_sock_accept(l, NULL, NULL);
+	ck_assert_int_ge(b, 0);
+	ts_read_all(b, buf, 5);
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	ck_assert(ts_poll(b, POLLIN, TS_TIMEOUT_MS) & (POLLIN | POLLERR | POLLHUP));
+	ck_assert_int_eq(ferry_sock_recv(b, buf, sizeof(buf), 0), -1);
+	ck_assert_int_eq(errno, ECONNRESET);
+	ferry_sock_close(b);
+	ferry_sock_close(l);
+}
+END_TEST
+
+START_TEST(test_linger_zero_resets)
+{
+	struct linger lg = { 1, 0 };
+	char buf[8];
+	int a, b;
+
+	ts_pair(&a, &b);
+	ck_assert_int_eq(ferry_sock_setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	ck_assert_int_eq(ferry_sock_close(a), 0);
+	ck_assert(ts_poll(b, POLLIN, TS_TIMEOUT_MS) & (POLLIN | POLLERR));
+	ck_assert_int_eq(ferry_sock_recv(b, buf, sizeof(buf), 0), -1);
+	ck_assert_int_eq(errno, ECONNRESET);
+	ferry_sock_close(b);
+}
+END_TEST
+
+START_TEST(test_linger_delivers)
+{
+	struct linger lg = { 1, 3 };
+	size_t len = 96 * 1024;
+	uint8_t *out = malloc(len), *in = malloc(len);
+	int a, b;
+
+	ts_pair(&a, &b);
+	ts_fill(out, len, 11);
+	ck_assert_int_eq(ferry_sock_setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	ck_assert_int_eq(ferry_sock_send(a, out, len, 0), (ssize_t)len);
+	ck_assert_int_eq(ferry_sock_close(a), 0);
+	ts_read_all(b, in, len);
+	ck_assert_int_eq(memcmp(in, out, len), 0);
+	ck_assert_int_eq(ferry_sock_recv(b, in, 1, 0), 0);
+	ferry_sock_close(b);
+	free(out);
+	free(in);
+}
+END_TEST
+
+/* --- connect --- */
+
+START_TEST(test_nonblocking_connect_refused)
+{
+	uint16_t port;
+	int l = ts_listen(&port), c, err = 0;
+	socklen_t len = sizeof(err);
+	struct sockaddr_in sin;
+
+	ferry_sock_close(l);	/* now nobody listens on port */
+	c = ts_connect_start(port);
+	ck_assert(ts_poll(c, POLLOUT, TS_TIMEOUT_MS) & (POLLOUT | POLLERR));
+	ck_assert_int_eq(ferry_sock_getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+	ck_assert_int_eq(err, ECONNREFUSED);
+	ferry_sock_close(c);
+	/* A blocking connect says so itself. */
+	c = ferry_socket(AF_INET, SOCK_STREAM, 0);
+	ts_addr(&sin, port);
+	ck_assert_int_eq(ferry_sock_connect(c, (struct sockaddr *)&sin, sizeof(sin)), -1);
+	ck_assert_int_eq(errno, ECONNREFUSED);
+	ferry_sock_close(c);
+}
+END_TEST
+
+START_TEST(test_nonblocking_connect_ok)
+{
+	uint16_t port;
+	int l = ts_listen(&port), c, b, err = -1;
+	socklen_t len = sizeof(err);
+	struct sockaddr_in peer, me;
+	socklen_t plen = sizeof(peer), mlen = sizeof(me);
+
+	c = ts_connect_start(port);
+	ck_assert_int_eq(ferry_sock_getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+	ck_assert_int_eq(err, 0);
+	b = ferry_sock_accept(l, NULL, NULL);
+	ck_assert_int_ge(b, 0);
+	ts_connect_finish(c);
+	ck_assert_int_eq(ferry_sock_getpeername(c, (struct sockaddr *)&peer, &plen), 0);
+	ck_assert_int_eq(ntohs(peer.sin_port), port);
+	ck_assert_int_eq(ferry_sock_getsockname(c, (struct sockaddr *)&me, &mlen), 0);
+	ck_assert_int_eq(me.sin_family, AF_INET);
+	ferry_sock_close(c);
+	ferry_sock_close(b);
+	ferry_sock_close(l);
+}
+END_TEST
+
+START_TEST(test_accept4_flags)
+{
+	uint16_t port;
+	int l = ts_listen(&port), c, b;
+	char buf[4];
+
+	ck_assert_int_eq(ferry_sock_fcntl(l, F_SETFL, O_NONBLOCK), 0);
+	ck_assert_int_eq(ferry_sock_accept(l, NULL, NULL), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	c = ts_connect_start(port);
+	ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+	b = ferry_sock_accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	ck_assert_int_ge(b, 0);
+	ck_assert(ferry_sock_fcntl(b, F_GETFL) & O_NONBLOCK);
+	ck_assert(fcntl(b, F_GETFD) & FD_CLOEXEC);
+	ck_assert_int_eq(ferry_sock_recv(b, buf, sizeof(buf), 0), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	ts_connect_finish(c);
+	ferry_sock_close(b);
+	ferry_sock_close(c);
+	c = ts_connect_start(port);
+	ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+	b = ferry_sock_accept4(l, NULL, NULL, 0);
+	ck_assert_int_ge(b, 0);
+	ck_assert(!(ferry_sock_fcntl(b, F_GETFL) & O_NONBLOCK));
+	ck_assert(!(fcntl(b, F_GETFD) & FD_CLOEXEC));
+	ferry_sock_close(b);
+	ferry_sock_close(c);
+	ferry_sock_close(l);
+}
+END_TEST
+
+/* --- options --- */
+
+START_TEST(test_fionread)
+{
+	int a, b, n = -1;
+
+	ts_pair(&a, &b);
+	ck_assert_int_eq(ferry_sock_ioctl(b, FIONREAD, &n), 0);
+	ck_assert_int_eq(n, 0);
+	ck_assert_int_eq(ferry_sock_send(a, "0123456789", 10, 0), 10);
+	ck_assert(ts_poll(b, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+	ck_assert_int_eq(ferry_sock_ioctl(b, FIONREAD, &n), 0);
+	ck_assert_int_eq(n, 10);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+}
+END_TEST
+
+START_TEST(test_rcvbuf_sizes_ring)
+{
+	size_t len = 1 << 20;
+	uint8_t *out = malloc(len);
+	int a, b, v = 0;
+	socklen_t vl = sizeof(v);
+	ssize_t n;
+
+	ts_pair_opts(&a, &b, 16 * 1024);
+	ck_assert_int_eq(ferry_sock_getsockopt(b, SOL_SOCKET, SO_RCVBUF, &v, &vl), 0);
+	ck_assert_int_eq(v, 16 * 1024);
+	ts_fill(out, len, 5);
+	n = ferry_sock_send(a, out, len, MSG_DONTWAIT);
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_le(n, 16 * 1024);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+	free(out);
+}
+END_TEST
+
+static void ts_child_keepalive_then_stop(int fd)
+{
+	int on = 1, one = 1;
+
+	ferry_sock_setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	ferry_sock_setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &one, sizeof(one));
+	if (ferry_sock_send(fd, "k", 1, 0) != 1)
+		_exit(3);
+	raise(SIGSTOP);	/* a peer that no longer answers */
+	for (;;)
+		pause();
+}
+
+START_TEST(test_keepalive_detects_dead_peer)
+{
+	uint16_t port;
+	int l = ts_listen(&port), b, on = 1, one = 1, two = 2, status;
+	pid_t pid = ts_fork_client(port, ts_child_keepalive_then_stop);
+	char buf[4];
+
+	b = ferry_sock_accept(l, NULL, NULL);
+	ck_assert_int_ge(b, 0);
+	ck_assert_int_eq(ferry_sock_setsockopt(b, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)), 0);
+	ck_assert_int_eq(ferry_sock_setsockopt(b, IPPROTO_TCP, TCP_KEEPIDLE, &one, sizeof(one)), 0);
+	ck_assert_int_eq(ferry_sock_setsockopt(b, IPPROTO_TCP, TCP_KEEPINTVL, &one, sizeof(one)), 0);
+	ck_assert_int_eq(ferry_sock_setsockopt(b, IPPROTO_TCP, TCP_KEEPCNT, &two, sizeof(two)), 0);
+	ts_read_all(b, buf, 1);
+	/* Blocks until keepalive gives up (a few seconds), not for ever. */
+	ck_assert_int_eq(ferry_sock_recv(b, buf, sizeof(buf), 0), -1);
+	ck_assert_int_eq(errno, ETIMEDOUT);
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	ferry_sock_close(b);
+	ferry_sock_close(l);
+}
+END_TEST
+
+/* --- poll and select --- */
+
+START_TEST(test_poll_select_mixed)
+{
+	struct pollfd p[2];
+	int a, b, pfd[2];
+	fd_set rd;
+	struct timeval tv = { 5, 0 };
+	char c;
+
+	ts_pair(&a, &b);
+	ck_assert_int_eq(pipe(pfd), 0);
+	p[0] = (struct pollfd){ .fd = b, .events = POLLIN };
+	p[1] = (struct pollfd){ .fd = pfd[0], .events = POLLIN };
+	ck_assert_int_eq(ferry_sock_poll(p, 2, 50), 0);
+	ck_assert_int_eq(write(pfd[1], "p", 1), 1);
+	ck_assert_int_eq(ferry_sock_poll(p, 2, TS_TIMEOUT_MS), 1);
+	ck_assert_int_eq(p[0].revents, 0);
+	ck_assert(p[1].revents & POLLIN);
+	ck_assert_int_eq(read(pfd[0], &c, 1), 1);
+	ck_assert_int_eq(ferry_sock_send(a, "s", 1, 0), 1);
+	ck_assert_int_eq(ferry_sock_poll(p, 2, TS_TIMEOUT_MS), 1);
+	ck_assert(p[0].revents & POLLIN);
+	ck_assert_int_eq(p[1].revents, 0);
+	/* select: both ready. */
+	ck_assert_int_eq(write(pfd[1], "p", 1), 1);
+	FD_ZERO(&rd);
+	FD_SET(b, &rd);
+	FD_SET(pfd[0], &rd);
+	ck_assert_int_eq(ferry_sock_select((b > pfd[0] ? b : pfd[0]) + 1, &rd, NULL, NULL, &tv), 2);
+	ck_assert(FD_ISSET(b, &rd) && FD_ISSET(pfd[0], &rd));
+	close(pfd[0]);
+	close(pfd[1]);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+}
+END_TEST
+
+/* --- threads and integrity --- */
+
+struct ts_stream {
+	int fd;
+	size_t total;
+	uint32_t seed;
+	uint64_t sum;	/* FNV-1a of the bytes */
+	int err;
+};
+
+static uint64_t ts_fnv(uint64_t h, const uint8_t *p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		h = (h ^ p[i]) * 1099511628211ull;
+	return h;
+}
+
+static void *ts_stream_writer(void *arg)
+{
+	struct ts_stream *w = arg;
+	size_t cap = 300 * 1024, done = 0;
+	uint8_t *buf = malloc(cap);
+	unsigned int r = w->seed;
+
+	w->sum = 14695981039346656037ull;
+	while (done < w->total) {
+		size_t n = 1 + (size_t)rand_r(&r) % cap, k;
+		struct iovec iov[3];
+		ssize_t put;
+
+		if (n > w->total - done)
+			n = w->total - done;
+		ts_fill(buf, n, (uint32_t)done);
+		k = n / 3;
+		iov[0] = (struct iovec){ buf, k };
+		iov[1] = (struct iovec){ buf + k, k };
+		iov[2] = (struct iovec){ buf + 2 * k, n - 2 * k };
+		put = ferry_sock_writev(w->fd, iov, 3);
+		if (put != (ssize_t)n) {
+			w->err = errno ? errno : EIO;
+			break;
+		}
+		w->sum = ts_fnv(w->sum, buf, n);
+		done += n;
+	}
+	free(buf);
+	return NULL;
+}
+
+static void *ts_stream_reader(void *arg)
+{
+	struct ts_stream *w = arg;
+	size_t cap = 400 * 1024, done = 0;
+	uint8_t *buf = malloc(cap);
+	unsigned int r = w->seed;
+
+	w->sum = 14695981039346656037ull;
+	while (done < w->total) {
+		size_t n = 1 + (size_t)rand_r(&r) % cap;
+		ssize_t got = ferry_sock_recv(w->fd, buf, n, 0);
+
+		if (got <= 0) {
+			w->err = got < 0 ? errno : EPIPE;
+			break;
+		}
+		w->sum = ts_fnv(w->sum, buf, (size_t)got);
+		done += (size_t)got;
+	}
+	free(buf);
+	return NULL;
+}
+
+/* Stream @total bytes a -> b (and b -> a when @duplex) on threads. */
+static void ts_stream(size_t total, bool duplex)
+{
+	struct ts_stream w1 = { 0 }, r1 = { 0 }, w2 = { 0 }, r2 = { 0 };
+	pthread_t t[4];
+	int a, b;
+
+	ts_pair(&a, &b);
+	w1 = (struct ts_stream){ .fd = a, .total = total, .seed = 1 };
+	r1 = (struct ts_stream){ .fd = b, .total = total, .seed = 2 };
+	ck_assert_int_eq(pthread_create(&t[0], NULL, ts_stream_writer, &w1), 0);
+	ck_assert_int_eq(pthread_create(&t[1], NULL, ts_stream_reader, &r1), 0);
+	if (duplex) {
+		w2 = (struct ts_stream){ .fd = b, .total = total, .seed = 3 };
+		r2 = (struct ts_stream){ .fd = a, .total = total, .seed = 4 };
+		ck_assert_int_eq(pthread_create(&t[2], NULL, ts_stream_writer, &w2), 0);
+		ck_assert_int_eq(pthread_create(&t[3], NULL, ts_stream_reader, &r2), 0);
+	}
+	pthread_join(t[0], NULL);
+	pthread_join(t[1], NULL);
+	if (duplex) {
+		pthread_join(t[2], NULL);
+		pthread_join(t[3], NULL);
+	}
+	ck_assert_int_eq(w1.err, 0);
+	ck_assert_int_eq(r1.err, 0);
+	ck_assert(w1.sum == r1.sum);
+	if (duplex) {
+		ck_assert_int_eq(w2.err, 0);
+		ck_assert_int_eq(r2.err, 0);
+		ck_assert(w2.sum == r2.sum);
+	}
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+}
+
+START_TEST(test_duplex_threads)
+{
+	ts_stream(32u << 20, true);
+}
+END_TEST
+
+START_TEST(test_integrity_stream)
+{
+	const char *env = getenv("FERRY_SOCK_STREAM_MB");
+	size_t mb = env ? strtoul(env, NULL, 10) : 256;
+
+	ts_stream(mb << 20, false);
+}
+END_TEST
+
 Suite *sock_suite(void)
 {
 	Suite *s = suite_create("sock");
@@ -210,6 +814,32 @@ Suite *sock_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_socket_args);
 	tcase_add_test(tc, test_connect_send_recv_close);
+	tcase_add_test(tc, test_partial_write_read);
+	tcase_add_test(tc, test_peek_dontwait);
+	tcase_add_test(tc, test_waitall);
+	tcase_add_test(tc, test_writev_readv_many);
+	tcase_add_test(tc, test_nonblocking_connect_ok);
+	tcase_add_test(tc, test_nonblocking_connect_refused);
+	tcase_add_test(tc, test_accept4_flags);
+	tcase_add_test(tc, test_fionread);
+	tcase_add_test(tc, test_rcvbuf_sizes_ring);
+	tcase_add_test(tc, test_poll_select_mixed);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("ends");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_shutdown_both_ways);
+	tcase_add_test(tc, test_epipe_sigpipe);
+	tcase_add_test(tc, test_econnreset_on_sigkill);
+	tcase_add_test(tc, test_linger_zero_resets);
+	tcase_add_test(tc, test_linger_delivers);
+	tcase_add_test(tc, test_keepalive_detects_dead_peer);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("stream");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_duplex_threads);
+	tcase_add_test(tc, test_integrity_stream);
 	suite_add_tcase(s, tc);
 	return s;
 }

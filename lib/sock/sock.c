@@ -302,10 +302,11 @@ int ferry_sock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	else if (ret < 0)
 		return -1;
 	if (atomic_load(&s->nonblock)) {
+		/* Even a connection refused at once is reported through
+		 * SO_ERROR, as a non-blocking TCP connect does. */
 		if (sock_connect_done(s) && s->state == SOCK_CONNECTED)
 			return 0;
-		if (s->state == SOCK_CONNECTING)
-			return ERR(EINPROGRESS);
+		return ERR(EINPROGRESS);
 	} else if (sock_wait(s, sock_connect_done, 0) < 0) {
 		return -1;
 	}

@@ -312,7 +312,9 @@ static void sock_gather(uint8_t *dst, size_t len, const struct iovec **iov_p, si
 static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
 			   size_t *off_p)
 {
-	struct rs_sge *t = &s->target_sgl[s->target_idx];
+	volatile struct rs_sge *t = &s->target_sgl[s->target_idx];
+	uint64_t raddr = t->addr;
+	uint32_t rkey = t->key;
 	uint8_t small[256];
 	struct ferry_sge sge[2];
 	unsigned int flags = 0;
@@ -340,17 +342,20 @@ static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iove
 		atomic_fetch_sub(&s->sbuf_free, len);
 		wr_bytes = len;
 	}
-	pthread_mutex_lock(&s->plock);
-	ret = sock_post_write(s, sge, nsge, flags, t->addr, t->key, rs_imm(RS_OP_DATA, len),
-			      wr_bytes);
-	pthread_mutex_unlock(&s->plock);
-	if (ret < 0)
-		return -1;
-	t->addr += len;
+	/*
+	 * Consume the target entry before the write: once the data lands,
+	 * the peer may read it, free the buffer and publish the next one
+	 * into this very entry.
+	 */
+	t->addr = raddr + len;
 	t->length -= len;
 	if (!t->length)
 		s->target_idx = (s->target_idx + 1) % RS_SGL_SIZE;
-	return 0;
+	pthread_mutex_lock(&s->plock);
+	ret = sock_post_write(s, sge, nsge, flags, raddr, rkey, rs_imm(RS_OP_DATA, len),
+			      wr_bytes);
+	pthread_mutex_unlock(&s->plock);
+	return ret;
 }
 
 ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt, int flags)
