@@ -95,6 +95,26 @@ int verbs_post_send(struct ferry_qp *fqp, struct ferry_send_wr *wr,
 	return 0;
 }
 
+/*
+ * A receive posted in ERR must complete as flushed (ferry_post_recv(3), as
+ * ibverbs).  Devices whose receive queue lives in user memory with no
+ * doorbell (Soft-RoCE: librxe never enters the kernel to post a receive)
+ * only flush what is queued when the QP enters ERR, so a receive posted
+ * later would wait for ever.  Re-entering ERR (legal, and a no-op on a
+ * device that already flushed) makes them flush it.  Only the slow path
+ * pays: a QP ferry knows to be in ERR (set by modify, seen by query).
+ */
+static void verbs_flush_late_recvs(struct ferry_qp *fqp)
+{
+	struct ibv_qp_attr attr;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_ERR;
+	if (ibv_modify_qp(to_vqp(fqp)->ibv, &attr, IBV_QP_STATE))
+		ferry_debug("verbs: QP %u: re-entering ERR to flush receives failed",
+			    fqp->qp_num);
+}
+
 int verbs_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr,
 		    struct ferry_recv_wr **bad)
 {
@@ -130,5 +150,7 @@ int verbs_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr,
 			return verbs_ret(ret);
 		}
 	}
+	if (unlikely(__atomic_load_n(&fqp->state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR))
+		verbs_flush_late_recvs(fqp);
 	return 0;
 }
