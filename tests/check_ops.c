@@ -682,6 +682,53 @@ END_TEST
 
 enum { XP_LEN = 65536 };
 
+/*
+ * A receive buffer in ferry_alloc memory registered for LOCAL_WRITE only
+ * (rping's choice): the sender must still be able to place a SEND there,
+ * blocks registered before and after the connection alike.
+ */
+START_TEST(test_send_into_local_write_only_block)
+{
+	struct tu_opts o = { 0 };
+	struct tu_end snd = { 0 }, rcv = { 0 };
+	struct ferry_mr *early_mr, *late_mr;
+	struct ferry_wc wc;
+	uint8_t *early = ferry_alloc(4096), *late = ferry_alloc(4096);
+
+	ck_assert_ptr_nonnull(early);
+	ck_assert_ptr_nonnull(late);
+	tu_end_open(&snd, &o);
+	tu_end_open(&rcv, &o);
+	early_mr = ferry_reg_mr(rcv.pd, early, 4096, FERRY_ACCESS_LOCAL_WRITE);
+	ck_assert_msg(early_mr != NULL, "reg_mr: %s", strerror(errno));
+	tu_pair_connect(&snd, &rcv, TU_QP_ACCESS_ALL);
+	late_mr = ferry_reg_mr(rcv.pd, late, 4096, FERRY_ACCESS_LOCAL_WRITE);
+	ck_assert_ptr_nonnull(late_mr);
+
+	ck_assert_int_eq(tu_post_recv1(rcv.qp, 1, early, 4096, early_mr->lkey), 0);
+	ck_assert_int_eq(tu_post_recv1(rcv.qp, 2, late, 4096, late_mr->lkey), 0);
+	tu_fill(snd.buf, 3000, 77);
+	tu_fill(snd.buf + 4096, 2000, 78);
+	ck_assert_int_eq(tu_post_send1(snd.qp, 10, FERRY_WR_SEND, 0, snd.buf, 3000,
+				       snd.mr->lkey, 0, 0), 0);
+	ck_assert_int_eq(tu_post_send1(snd.qp, 11, FERRY_WR_SEND, 0, snd.buf + 4096, 2000,
+				       snd.mr->lkey, 0, 0), 0);
+	for (uint64_t id = 1; id <= 2; id++) {
+		tu_poll1(rcv.recv_cq, &wc);
+		ck_assert_msg(wc.status == FERRY_WC_SUCCESS, "recv %llu: %s",
+			      (unsigned long long)wc.wr_id, ferry_wc_status_str(wc.status));
+		ck_assert_uint_eq(wc.wr_id, id);
+	}
+	ck_assert(tu_check(early, 3000, 77));
+	ck_assert(tu_check(late, 2000, 78));
+	tu_pair_close(&snd, &b);
+	ck_assert_int_eq(ferry_dereg_mr(early_mr), 0);
+	ck_assert_int_eq(ferry_dereg_mr(late_mr), 0);
+	ferry_free(early);
+	ferry_free(late);
+}
+END_TEST
+
 static int ops_cross_child(int sock, int ctl, void *arg)
 {
 	struct tu_opts o = { .max_inline = 64 };
@@ -880,6 +927,11 @@ Suite *ops_suite(void)
 	tcase_add_test(tc, test_large_write_read);
 	tcase_add_test(tc, test_inline);
 	tcase_add_test(tc, test_wr_chain);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("blocks");
+	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
+	tcase_add_test(tc, test_send_into_local_write_only_block);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cross_process");

@@ -41,6 +41,7 @@
 #include <sys/types.h>
 
 #include "ferry-internal.h"
+#include "lock.h"
 
 #define SHM_MAGIC		0x46525931u	/* "FRY1" */
 #define SHM_VERSION		1u
@@ -208,7 +209,7 @@ struct shm_lwc {
 
 struct shm_cq {
 	struct ferry_cq cq;
-	pthread_mutex_t lock;		/* local ring, recv QP list, arm state */
+	ferry_lock_t lock;		/* local ring, recv QP list, arm state */
 	struct shm_lwc *ring;		/* local completions, grows as needed */
 	uint32_t ring_cap, ring_head, ring_count;
 	struct shm_qp **rqps;		/* QPs whose receives complete here */
@@ -272,8 +273,8 @@ struct shm_qp {
 	struct ferry_qp qp;
 	struct ferry_qp_cap cap;
 	int sq_sig_all;
-	pthread_mutex_t sq_lock;	/* SQ, connection, state changes */
-	pthread_mutex_t rq_lock;	/* RQ */
+	ferry_lock_t sq_lock;		/* SQ, connection, state changes */
+	ferry_lock_t rq_lock;		/* RQ */
 
 	/* Attributes set by modify_qp. */
 	uint32_t access;

@@ -292,10 +292,10 @@ static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id, int fd)
 	struct shm_qp *qp;
 
 	for (qp = spd->qps; qp; qp = qp->pd_next) {
-		pthread_mutex_lock(&qp->sq_lock);
+		ferry_lock(&qp->sq_lock);
 		if (qp->conn)
 			shm_conn_announce_block(qp->conn, block_id, fd);
-		pthread_mutex_unlock(&qp->sq_lock);
+		ferry_unlock(&qp->sq_lock);
 	}
 }
 
@@ -340,7 +340,9 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	e->block_id = smr->block_id;
 	e->block_offset = smr->block_id ? (uintptr_t)addr - (uintptr_t)blk.addr : 0;
 	atomic_store_explicit(&e->rkey, key, memory_order_release);
-	if (smr->block_id && (access & ~FERRY_ACCESS_LOCAL_WRITE))
+	/* Peers need the block for one-sided access, and for SENDs into
+	 * receive buffers (LOCAL_WRITE): announce it for either. */
+	if (smr->block_id && access)
 		shm_pd_announce(spd, smr->block_id, smr->block_fd);
 	pthread_mutex_unlock(&spd->lock);
 
@@ -431,10 +433,10 @@ static int shm_get_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_
 			break;
 		/* Another thread took this event: wait for the next one. */
 	}
-	pthread_mutex_lock(&scq->lock);
+	ferry_lock(&scq->lock);
 	atomic_store(&scq->notify->word, scq->gen << 2 | SHM_NOTIFY_NONE);
 	scq->events++;
-	pthread_mutex_unlock(&scq->lock);
+	ferry_unlock(&scq->lock);
 	*cq_p = &scq->cq;
 	return 0;
 }
@@ -466,7 +468,7 @@ static struct ferry_cq *shm_create_cq(struct ferry_context *ctx, int cqe,
 		if (epoll_ctl(ch->fd, EPOLL_CTL_ADD, scq->efd, &ev) < 0)
 			goto err_unmap;
 	}
-	pthread_mutex_init(&scq->lock, NULL);
+	ferry_lock_init(&scq->lock);
 	scq->cq.context = ctx;
 	scq->cq.channel = ch;
 	scq->cq.cqe = cqe;
@@ -486,19 +488,18 @@ static int shm_destroy_cq(struct ferry_cq *cq)
 {
 	struct shm_cq *scq = to_scq(cq);
 
-	pthread_mutex_lock(&scq->lock);
+	ferry_lock(&scq->lock);
 	if (scq->nqps || scq->events != scq->acked) {
-		pthread_mutex_unlock(&scq->lock);
+		ferry_unlock(&scq->lock);
 		return ERR(EBUSY);
 	}
-	pthread_mutex_unlock(&scq->lock);
+	ferry_unlock(&scq->lock);
 	if (cq->channel) {
 		epoll_ctl(cq->channel->fd, EPOLL_CTL_DEL, scq->efd, NULL);
 	}
 	munmap(scq->notify, sizeof(*scq->notify));
 	close(scq->notify_fd);
 	close(scq->efd);
-	pthread_mutex_destroy(&scq->lock);
 	free(scq->ring);
 	free(scq->rqps);
 	free(scq);
@@ -510,12 +511,12 @@ static int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
 	struct shm_cq *scq = to_scq(cq);
 	uint32_t mode = solicited_only ? SHM_NOTIFY_SOLICITED : SHM_NOTIFY_ALL;
 
-	pthread_mutex_lock(&scq->lock);
+	ferry_lock(&scq->lock);
 	scq->gen++;
 	/* seq_cst: pairs with the fence a sender runs between publishing a
 	 * delivery and reading this word (see shm_data.c). */
 	atomic_store(&scq->notify->word, scq->gen << 2 | mode);
-	pthread_mutex_unlock(&scq->lock);
+	ferry_unlock(&scq->lock);
 	return 0;
 }
 
@@ -523,9 +524,9 @@ static void shm_ack_cq_events(struct ferry_cq *cq, unsigned int n)
 {
 	struct shm_cq *scq = to_scq(cq);
 
-	pthread_mutex_lock(&scq->lock);
+	ferry_lock(&scq->lock);
 	scq->acked += n;
-	pthread_mutex_unlock(&scq->lock);
+	ferry_unlock(&scq->lock);
 }
 
 /*
@@ -577,13 +578,13 @@ void shm_cq_add_local(struct shm_cq *scq, const struct shm_lwc *lwc)
 
 void shm_cq_attach_recv(struct shm_cq *scq, struct shm_qp *qp)
 {
-	pthread_mutex_lock(&scq->lock);
+	ferry_lock(&scq->lock);
 	if (scq->nrqps == scq->rqps_cap) {
 		uint32_t cap = scq->rqps_cap ? 2 * scq->rqps_cap : 4;
 		struct shm_qp **n = realloc(scq->rqps, cap * sizeof(*n));
 
 		if (!n) {
-			pthread_mutex_unlock(&scq->lock);
+			ferry_unlock(&scq->lock);
 			ferry_err("attaching a QP to its receive CQ: out of memory");
 			return;
 		}
@@ -591,14 +592,14 @@ void shm_cq_attach_recv(struct shm_cq *scq, struct shm_qp *qp)
 		scq->rqps_cap = cap;
 	}
 	scq->rqps[scq->nrqps++] = qp;
-	pthread_mutex_unlock(&scq->lock);
+	ferry_unlock(&scq->lock);
 }
 
 void shm_cq_detach_recv(struct shm_cq *scq, struct shm_qp *qp)
 {
 	uint32_t i, j;
 
-	pthread_mutex_lock(&scq->lock);
+	ferry_lock(&scq->lock);
 	for (i = 0; i < scq->nrqps; i++) {
 		if (scq->rqps[i] == qp) {
 			scq->rqps[i] = scq->rqps[--scq->nrqps];
@@ -613,7 +614,7 @@ void shm_cq_detach_recv(struct shm_cq *scq, struct shm_qp *qp)
 			scq->ring[(scq->ring_head + j++) % scq->ring_cap] = *c;
 	}
 	scq->ring_count = j;
-	pthread_mutex_unlock(&scq->lock);
+	ferry_unlock(&scq->lock);
 }
 
 /*
@@ -627,7 +628,7 @@ static int shm_poll_cq(struct ferry_cq *cq, int n, struct ferry_wc *wc)
 	uint32_t i, start, nq;
 	int got = 0;
 
-	pthread_mutex_lock(&scq->lock);
+	ferry_lock(&scq->lock);
 	while (got < n && scq->ring_count) {
 		struct shm_lwc *c = &scq->ring[scq->ring_head];
 
@@ -642,7 +643,7 @@ static int shm_poll_cq(struct ferry_cq *cq, int n, struct ferry_wc *wc)
 	start = nq ? scq->rr_next++ % nq : 0;
 	for (i = 0; i < nq && got < n; i++)
 		got += shm_poll_recv(scq->rqps[(start + i) % nq], n - got, wc + got);
-	pthread_mutex_unlock(&scq->lock);
+	ferry_unlock(&scq->lock);
 	return got;
 }
 

@@ -350,7 +350,8 @@ void shm_conn_destroy(struct shm_conn *conn)
 }
 
 /*
- * Announce every block of the PD's remote-accessible MRs to a new peer;
+ * Announce every block of the PD's writable or remote-accessible MRs (SEND
+ * targets and one-sided targets) to a new peer;
  * sq_lock held.  The table is read without the PD lock (reg_mr takes the PD
  * lock and then our sq_lock): an MR registered too late for this scan is
  * announced by reg_mr itself, which waits for our sq_lock and then finds
@@ -367,7 +368,7 @@ static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 		int fd;
 
 		if (!atomic_load_explicit(&e->rkey, memory_order_acquire) ||
-		    !(e->access & ~FERRY_ACCESS_LOCAL_WRITE))
+		    !e->access)
 			continue;
 		id = e->block_id;
 		if (!id)
@@ -395,9 +396,9 @@ int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 	if (conn->sock < 0)
 		goto err_free;
 
-	pthread_mutex_lock(&qp->sq_lock);
+	ferry_lock(&qp->sq_lock);
 	if (qp->qp.state != FERRY_QPS_INIT || qp->conn) {
-		pthread_mutex_unlock(&qp->sq_lock);
+		ferry_unlock(&qp->sq_lock);
 		errno = qp->conn ? EISCONN : EINVAL;
 		goto err_free;
 	}
@@ -410,19 +411,19 @@ int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 			qp->region = NULL;
 			qp->region_fd = -1;
 		}
-		pthread_mutex_unlock(&qp->sq_lock);
+		ferry_unlock(&qp->sq_lock);
 		ferry_info("QP %u: exchange failed: %s", fqp->qp_num, strerror(e));
 		errno = e;
 		goto err_free;
 	}
 	/* shm_poll_recv reads qp->conn under the recv CQ's lock alone. */
-	pthread_mutex_lock(&to_scq(qp->qp.recv_cq)->lock);
-	pthread_mutex_lock(&qp->rq_lock);
+	ferry_lock(&to_scq(qp->qp.recv_cq)->lock);
+	ferry_lock(&qp->rq_lock);
 	qp->conn = conn;
 	shm_rq_publish(qp);	/* receives posted in INIT become visible */
-	pthread_mutex_unlock(&qp->rq_lock);
-	pthread_mutex_unlock(&to_scq(qp->qp.recv_cq)->lock);
-	pthread_mutex_unlock(&qp->sq_lock);
+	ferry_unlock(&qp->rq_lock);
+	ferry_unlock(&to_scq(qp->qp.recv_cq)->lock);
+	ferry_unlock(&qp->sq_lock);
 
 	shm_monitor_watch(qp);
 	*peer_qpn_p = conn->peer_qpn;

@@ -437,9 +437,9 @@ void shm_sq_complete(struct shm_qp *qp, uint64_t seq, enum ferry_wc_status statu
 	c.wc.byte_len = byte_len;
 	c.wc.qp_num = qp->qp.qp_num;
 	c.wc.src_qp = qp->conn ? qp->conn->peer_qpn : 0;
-	pthread_mutex_lock(&scq->lock);
+	ferry_lock(&scq->lock);
 	shm_cq_add_local(scq, &c);
-	pthread_mutex_unlock(&scq->lock);
+	ferry_unlock(&scq->lock);
 }
 
 /* The head WR found no receive; sq_lock held.  Returns true to keep waiting. */
@@ -562,7 +562,7 @@ int shm_post_send(struct ferry_qp *fqp, struct ferry_send_wr *wr, struct ferry_s
 	enum ferry_qp_state state;
 	int err = 0;
 
-	pthread_mutex_lock(&qp->sq_lock);
+	ferry_lock(&qp->sq_lock);
 	state = qp->qp.state;
 	if (state == FERRY_QPS_RESET || state == FERRY_QPS_INIT || state == FERRY_QPS_RTR) {
 		err = EINVAL;
@@ -575,7 +575,7 @@ int shm_post_send(struct ferry_qp *fqp, struct ferry_send_wr *wr, struct ferry_s
 		if (!qp->rnr_pending)
 			shm_sq_progress(qp);
 	}
-	pthread_mutex_unlock(&qp->sq_lock);
+	ferry_unlock(&qp->sq_lock);
 	if (err) {
 		*bad = wr;
 		return ERR(err);

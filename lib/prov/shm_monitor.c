@@ -216,12 +216,12 @@ void shm_monitor_forget(struct shm_qp *qp)
 
 static void shm_monitor_hangup(struct shm_qp *qp)
 {
-	pthread_mutex_lock(&qp->sq_lock);
+	ferry_lock(&qp->sq_lock);
 	if (qp->conn && !qp->conn->dead) {
 		qp->conn->dead = true;
 		shm_qp_set_error(qp, "peer hung up");
 	}
-	pthread_mutex_unlock(&qp->sq_lock);
+	ferry_unlock(&qp->sq_lock);
 }
 
 /* Retry the RNR-waiting QPs whose timer expired, or all when kicked. */
@@ -237,7 +237,7 @@ static uint64_t shm_monitor_rnr_pass(bool kicked)
 			continue;
 		w->pins++;
 		pthread_mutex_unlock(&mon.lock);
-		pthread_mutex_lock(&qp->sq_lock);
+		ferry_lock(&qp->sq_lock);
 		if (qp->rnr_pending && (kicked || now >= qp->rnr_deadline_ns))
 			shm_sq_progress(qp);
 		/* Decide under sq_lock (the order shm_monitor_rnr uses), so a
@@ -247,7 +247,7 @@ static uint64_t shm_monitor_rnr_pass(bool kicked)
 			qp->in_rnr_list = false;
 		else if (qp->rnr_deadline_ns < next)
 			next = qp->rnr_deadline_ns;
-		pthread_mutex_unlock(&qp->sq_lock);
+		ferry_unlock(&qp->sq_lock);
 		if (--w->pins == 0)
 			pthread_cond_broadcast(&mon.unpinned);
 	}

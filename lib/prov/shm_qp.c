@@ -66,8 +66,8 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 	if (!qp->sq || !qp->rq || !qp->rq_pending)
 		goto err_free;
 	qp->region_fd = -1;
-	pthread_mutex_init(&qp->sq_lock, NULL);
-	pthread_mutex_init(&qp->rq_lock, NULL);
+	ferry_lock_init(&qp->sq_lock);
+	ferry_lock_init(&qp->rq_lock);
 
 	pthread_mutex_lock(&qpn_lock);
 	qp->qp.qp_num = next_qpn++ & 0xffffff;
@@ -81,12 +81,12 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 	qp->qp.state = FERRY_QPS_RESET;
 	qp->qp.qp_type = FERRY_QPT_RC;
 
-	pthread_mutex_lock(&to_scq(attr->send_cq)->lock);
+	ferry_lock(&to_scq(attr->send_cq)->lock);
 	to_scq(attr->send_cq)->nqps++;
-	pthread_mutex_unlock(&to_scq(attr->send_cq)->lock);
-	pthread_mutex_lock(&to_scq(attr->recv_cq)->lock);
+	ferry_unlock(&to_scq(attr->send_cq)->lock);
+	ferry_lock(&to_scq(attr->recv_cq)->lock);
 	to_scq(attr->recv_cq)->nqps++;
-	pthread_mutex_unlock(&to_scq(attr->recv_cq)->lock);
+	ferry_unlock(&to_scq(attr->recv_cq)->lock);
 	shm_cq_attach_recv(to_scq(attr->recv_cq), qp);
 	shm_pd_add_qp(to_spd(pd), qp);
 	return &qp->qp;
@@ -127,9 +127,9 @@ void shm_qp_set_error(struct shm_qp *qp, const char *why)
 	if (qp->region)
 		atomic_store(&qp->region->in_error, 1);
 	shm_qp_flush_sq(qp);
-	pthread_mutex_lock(&rcq->lock);
+	ferry_lock(&rcq->lock);
 	shm_cq_signal_local(rcq, true);
-	pthread_mutex_unlock(&rcq->lock);
+	ferry_unlock(&rcq->lock);
 }
 
 static void shm_qp_apply_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, int mask)
@@ -205,9 +205,9 @@ static int shm_qp_check_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, i
  */
 static void shm_qp_reset(struct shm_qp *qp)
 {
-	pthread_mutex_lock(&qp->rq_lock);
+	ferry_lock(&qp->rq_lock);
 	qp->rq_prod = qp->rq_cons = 0;
-	pthread_mutex_unlock(&qp->rq_lock);
+	ferry_unlock(&qp->rq_lock);
 	qp->sq_head = qp->sq_exec = 0;
 	qp->dq_seq = qp->peer_rq_known = 0;
 	atomic_store(&qp->sq_retired, 0);
@@ -217,12 +217,12 @@ static void shm_qp_reset(struct shm_qp *qp)
 		struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
 
 		/* shm_poll_recv reads qp->conn under the CQ's lock alone. */
-		pthread_mutex_lock(&rcq->lock);
-		pthread_mutex_lock(&qp->rq_lock);
+		ferry_lock(&rcq->lock);
+		ferry_lock(&qp->rq_lock);
 		shm_conn_destroy(qp->conn);
 		qp->conn = NULL;
-		pthread_mutex_unlock(&qp->rq_lock);
-		pthread_mutex_unlock(&rcq->lock);
+		ferry_unlock(&qp->rq_lock);
+		ferry_unlock(&rcq->lock);
 	}
 	if (qp->region) {
 		munmap(qp->region, qp->region_size);
@@ -240,16 +240,16 @@ int shm_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 
 	if ((mask & FERRY_QP_STATE) && attr->qp_state == FERRY_QPS_RESET)
 		shm_monitor_forget(qp);	/* may wait for the monitor: no lock held */
-	pthread_mutex_lock(&qp->sq_lock);
+	ferry_lock(&qp->sq_lock);
 	cur = qp->qp.state;
 	if (!ferry_qp_next_state(cur, attr, mask, &next) ||
 	    !ferry_qp_transition_ok(cur, next, mask)) {
-		pthread_mutex_unlock(&qp->sq_lock);
+		ferry_unlock(&qp->sq_lock);
 		return ERR(EINVAL);
 	}
 	err = shm_qp_check_attr(qp, attr, mask, next);
 	if (err) {
-		pthread_mutex_unlock(&qp->sq_lock);
+		ferry_unlock(&qp->sq_lock);
 		return ERR(err);
 	}
 	shm_qp_apply_attr(qp, attr, mask);
@@ -267,7 +267,7 @@ int shm_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 		if (next == FERRY_QPS_RTS)
 			shm_sq_progress(qp);	/* SQD -> RTS resumes */
 	}
-	pthread_mutex_unlock(&qp->sq_lock);
+	ferry_unlock(&qp->sq_lock);
 	return 0;
 }
 
@@ -277,7 +277,7 @@ int shm_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
 	struct shm_qp *qp = to_sqp(fqp);
 
 	memset(a, 0, sizeof(*a));
-	pthread_mutex_lock(&qp->sq_lock);
+	ferry_lock(&qp->sq_lock);
 	a->qp_state = a->cur_qp_state = qp->qp.state;
 	a->path_mtu = qp->path_mtu;
 	a->rq_psn = qp->rq_psn;
@@ -295,7 +295,7 @@ int shm_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
 	a->timeout = qp->timeout;
 	a->retry_cnt = qp->retry_cnt;
 	a->rnr_retry = qp->rnr_retry;
-	pthread_mutex_unlock(&qp->sq_lock);
+	ferry_unlock(&qp->sq_lock);
 
 	memset(init, 0, sizeof(*init));
 	init->qp_context = fqp->qp_context;
@@ -317,19 +317,17 @@ int shm_destroy_qp(struct ferry_qp *fqp)
 	shm_cq_detach_recv(rcq, qp);
 	if (scq != rcq)
 		shm_cq_detach_recv(scq, qp);	/* drops its local completions */
-	pthread_mutex_lock(&qp->sq_lock);
+	ferry_lock(&qp->sq_lock);
 	shm_qp_reset(qp);
-	pthread_mutex_unlock(&qp->sq_lock);
+	ferry_unlock(&qp->sq_lock);
 
-	pthread_mutex_lock(&scq->lock);
+	ferry_lock(&scq->lock);
 	scq->nqps--;
-	pthread_mutex_unlock(&scq->lock);
-	pthread_mutex_lock(&rcq->lock);
+	ferry_unlock(&scq->lock);
+	ferry_lock(&rcq->lock);
 	rcq->nqps--;
-	pthread_mutex_unlock(&rcq->lock);
+	ferry_unlock(&rcq->lock);
 
-	pthread_mutex_destroy(&qp->sq_lock);
-	pthread_mutex_destroy(&qp->rq_lock);
 	free(qp->sq);
 	free(qp->rq);
 	free(qp->rq_pending);

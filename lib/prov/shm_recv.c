@@ -79,7 +79,7 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
 	uint64_t one = 1;
 	int err = 0;
 
-	pthread_mutex_lock(&qp->rq_lock);
+	ferry_lock(&qp->rq_lock);
 	state = __atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE);
 	if (state == FERRY_QPS_RESET) {
 		err = EINVAL;
@@ -102,14 +102,14 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
 		    write(conn->peer_kick_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 			ferry_debug("kicking the peer's monitor: %m");
 	}
-	pthread_mutex_unlock(&qp->rq_lock);
+	ferry_unlock(&qp->rq_lock);
 	if (state == FERRY_QPS_ERR) {
 		struct shm_cq *rcq = to_scq(fqp->recv_cq);
 
 		/* Posted to a QP in error: the poller flushes it; wake a sleeper. */
-		pthread_mutex_lock(&rcq->lock);
+		ferry_lock(&rcq->lock);
 		shm_cq_signal_local(rcq, true);
-		pthread_mutex_unlock(&rcq->lock);
+		ferry_unlock(&rcq->lock);
 	}
 	if (err) {
 		*bad = wr;
@@ -162,7 +162,7 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 				 memory_order_relaxed) != qp->rq_cons + 1)
 		return 0;
 
-	pthread_mutex_lock(&qp->rq_lock);
+	ferry_lock(&qp->rq_lock);
 	while (conn && got < n && qp->rq_cons != qp->rq_prod) {
 		uint32_t slot = (uint32_t)(qp->rq_cons & (qp->rq_size - 1));
 		const struct shm_rwqe *r = &qp->rq[slot];
@@ -211,6 +211,6 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 			qp->rq_cons++;
 		}
 	}
-	pthread_mutex_unlock(&qp->rq_lock);
+	ferry_unlock(&qp->rq_lock);
 	return got;
 }
