@@ -367,10 +367,13 @@ int shm_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr, struct ferry_re
 int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc);	/* rq_lock taken */
 void shm_sq_progress(struct shm_qp *qp);			/* sq_lock held */
 void shm_rq_publish(struct shm_qp *qp);				/* rq_lock held */
-void shm_sq_complete(struct shm_qp *qp, uint64_t seq, enum ferry_wc_status status,
-		     uint32_t byte_len);				/* sq_lock held */
+void shm_sq_complete(struct shm_qp *qp, uint64_t seq, const struct shm_swqe *s,
+		     enum ferry_wc_status status, uint32_t byte_len);	/* sq_lock held */
 uint64_t shm_rnr_delay_ns(uint32_t code);
-size_t shm_region_head_size(void);
+static inline size_t shm_region_head_size(void)
+{
+	return (sizeof(struct shm_region) + 63) & ~(size_t)63;
+}
 /* Slots are computed, never initialised: an idle QP's SQ stays untouched memory. */
 static inline struct shm_swqe *shm_sq_slot(struct shm_qp *qp, uint64_t seq)
 {

@@ -160,11 +160,6 @@ static size_t shm_rq_stride(uint32_t rq_sge)
 	return 8 + rq_sge * sizeof(struct shm_rsge);
 }
 
-size_t shm_region_head_size(void)
-{
-	return (sizeof(struct shm_region) + 63) & ~(size_t)63;
-}
-
 static size_t shm_region_size(uint32_t rq_size, uint32_t rq_sge, uint32_t dq_size)
 {
 	return shm_region_head_size() + rq_size * shm_rq_stride(rq_sge) + dq_size * sizeof(struct shm_delivery);

@@ -40,6 +40,15 @@ static int shm_copy(pid_t pid, const struct shm_seg *loc, int nloc,
 	int li = 0, ti;
 	uint64_t loff = 0;
 
+	/* The common case: one piece each side, the target mapped here. */
+	if (nloc == 1 && ntgt == 1 && tgt[0].ptr && loc[0].len == tgt[0].len) {
+		if (to_target)
+			memcpy(tgt[0].ptr, loc[0].ptr, loc[0].len);
+		else
+			memcpy(loc[0].ptr, tgt[0].ptr, loc[0].len);
+		return 0;
+	}
+
 	for (ti = 0; ti < ntgt; ti++) {
 		uint64_t toff = 0;
 
@@ -92,11 +101,23 @@ static int shm_copy(pid_t pid, const struct shm_seg *loc, int nloc,
 
 /* --- keys --- */
 
+/* Does @op carry a payload from the initiator (so INLINE applies)? */
+static inline bool shm_op_carries_data(enum ferry_wr_opcode op)
+{
+	return op <= FERRY_WR_SEND_WITH_IMM;
+}
+
+/*
+ * The initiator's memory of @s: its inline copy, or the SGEs @sge (the
+ * slot's, or the caller's own list when executed straight from post_send).
+ * An inline payload's lkeys are not checked, as in ibverbs.
+ */
 static enum ferry_wc_status shm_local_segs(struct shm_qp *qp, const struct shm_swqe *s,
-					   bool write, struct shm_seg *segs,
-					   uint64_t *total_p)
+					   const struct ferry_sge *sge, bool write,
+					   struct shm_seg *segs, uint64_t *total_p)
 {
 	struct shm_pd *spd = to_spd(qp->qp.pd);
+	bool check = !((s->flags & FERRY_SEND_INLINE) && shm_op_carries_data(s->opcode));
 	uint64_t total = 0;
 	uint32_t i;
 
@@ -106,12 +127,12 @@ static enum ferry_wc_status shm_local_segs(struct shm_qp *qp, const struct shm_s
 		return FERRY_WC_SUCCESS;
 	}
 	for (i = 0; i < s->num_sge; i++) {
-		const struct ferry_sge *g = &shm_swqe_sge(s)[i];
+		const struct ferry_sge *g = &sge[i];
 		const struct shm_mr_entry *e;
 
 		segs[i] = (struct shm_seg){ .ptr = (uint8_t *)(uintptr_t)g->addr, .len = g->length };
 		total += g->length;
-		if (g->length == 0)
+		if (g->length == 0 || !check)
 			continue;
 		e = shm_mr_lookup_local(spd, g->lkey);
 		if (!e || g->addr < e->addr || g->addr - e->addr > e->length ||
@@ -356,11 +377,12 @@ static int shm_exec_atomic(struct shm_qp *qp, struct shm_conn *conn, const struc
 }
 
 /*
- * shm_execute - carry out the WR at the head of the SQ.  Returns a
- * ferry_wc_status, or SHM_EXEC_RNR when it needs a receive the peer has not
- * posted yet (nothing was done then).
+ * shm_execute - carry out @s (gathering from @sge unless it is inline).
+ * Returns a ferry_wc_status, or SHM_EXEC_RNR when it needs a receive the
+ * peer has not posted yet (nothing was done then).
  */
-static int shm_execute(struct shm_qp *qp, const struct shm_swqe *s, uint64_t *total_p)
+static int shm_execute(struct shm_qp *qp, const struct shm_swqe *s,
+		       const struct ferry_sge *sge, uint64_t *total_p)
 {
 	struct shm_conn *conn = qp->conn;
 	const struct shm_region *pr;
@@ -379,7 +401,7 @@ static int shm_execute(struct shm_qp *qp, const struct shm_swqe *s, uint64_t *to
 	pr = conn->peer_region->addr;
 	if (atomic_load_explicit(&pr->in_error, memory_order_relaxed))
 		return FERRY_WC_RETRY_EXC_ERR;
-	st = shm_local_segs(qp, s, s->opcode == FERRY_WR_RDMA_READ || atomic, loc, total_p);
+	st = shm_local_segs(qp, s, sge, s->opcode == FERRY_WR_RDMA_READ || atomic, loc, total_p);
 	if (st != FERRY_WC_SUCCESS)
 		return st;
 	if (needs_recv) {
@@ -424,10 +446,9 @@ static enum ferry_wc_opcode shm_wc_opcode(enum ferry_wr_opcode op)
 	}
 }
 
-void shm_sq_complete(struct shm_qp *qp, uint64_t seq, enum ferry_wc_status status,
-		     uint32_t byte_len)
+void shm_sq_complete(struct shm_qp *qp, uint64_t seq, const struct shm_swqe *s,
+		     enum ferry_wc_status status, uint32_t byte_len)
 {
-	struct shm_swqe *s = shm_sq_slot(qp, seq);
 	struct shm_cq *scq = to_scq(qp->qp.send_cq);
 	struct shm_lwc c = { .qp = qp, .sq_seq = seq, .is_send = 1 };
 
@@ -466,6 +487,29 @@ static bool shm_sq_rnr(struct shm_qp *qp)
 	return true;
 }
 
+/*
+ * shm_sq_finish - account for @s, executed as SQ entry @seq with verdict
+ * @st: its completion if it needs one, and ERR on failure.  sq_lock held;
+ * returns false when the QP went to ERR.
+ */
+static bool shm_sq_finish(struct shm_qp *qp, uint64_t seq, const struct shm_swqe *s,
+			  int st, uint64_t total)
+{
+	if (unlikely(qp->rnr_pending)) {
+		qp->rnr_pending = false;
+		atomic_store_explicit(&qp->region->rnr_wait, 0, memory_order_relaxed);
+	}
+	qp->rnr_left = qp->rnr_retry;
+	if (unlikely(st != FERRY_WC_SUCCESS)) {
+		shm_sq_complete(qp, seq, s, st, 0);
+		shm_qp_set_error(qp, ferry_wc_status_str(st));
+		return false;
+	}
+	if (qp->sq_sig_all || (s->flags & FERRY_SEND_SIGNALED))
+		shm_sq_complete(qp, seq, s, FERRY_WC_SUCCESS, (uint32_t)total);
+	return true;
+}
+
 /* Execute what the SQ holds, in order; sq_lock held. */
 void shm_sq_progress(struct shm_qp *qp)
 {
@@ -480,34 +524,21 @@ void shm_sq_progress(struct shm_qp *qp)
 	while (qp->sq_exec < qp->sq_head) {
 		struct shm_swqe *s = shm_sq_slot(qp, qp->sq_exec);
 		uint64_t total = 0;
-		int st = shm_execute(qp, s, &total);
+		int st = shm_execute(qp, s, shm_swqe_sge(s), &total);
 
 		if (st == SHM_EXEC_RNR) {
 			if (shm_sq_rnr(qp))
 				return;
 			st = FERRY_WC_RNR_RETRY_EXC_ERR;
 		}
-		if (qp->rnr_pending) {
-			qp->rnr_pending = false;
-			atomic_store_explicit(&qp->region->rnr_wait, 0, memory_order_relaxed);
-		}
-		qp->rnr_left = qp->rnr_retry;
-		if (st != FERRY_WC_SUCCESS) {
-			shm_sq_complete(qp, qp->sq_exec++, st, 0);
-			shm_qp_set_error(qp, ferry_wc_status_str(st));
+		if (!shm_sq_finish(qp, qp->sq_exec++, s, st, total))
 			return;
-		}
-		if (qp->sq_sig_all || (s->flags & FERRY_SEND_SIGNALED))
-			shm_sq_complete(qp, qp->sq_exec, FERRY_WC_SUCCESS, (uint32_t)total);
-		qp->sq_exec++;
 	}
 }
 
-/* Copy one WR into the SQ; sq_lock held.  Returns 0 or an errno. */
-static int shm_sq_put(struct shm_qp *qp, const struct ferry_send_wr *wr)
+/* Can @wr be queued?  sq_lock held.  Returns 0 or an errno. */
+static int shm_sq_check(struct shm_qp *qp, const struct ferry_send_wr *wr)
 {
-	struct shm_swqe *s;
-	bool carries_data = wr->opcode <= FERRY_WR_SEND_WITH_IMM;
 	uint64_t total = 0;
 	int i;
 
@@ -519,13 +550,18 @@ static int shm_sq_put(struct shm_qp *qp, const struct ferry_send_wr *wr)
 	if ((wr->opcode == FERRY_WR_ATOMIC_CMP_AND_SWP ||
 	     wr->opcode == FERRY_WR_ATOMIC_FETCH_AND_ADD) && wr->num_sge != 1)
 		return EINVAL;
-	for (i = 0; i < wr->num_sge; i++)
-		total += wr->sg_list[i].length;
-	if ((wr->send_flags & FERRY_SEND_INLINE) && carries_data &&
-	    total > qp->cap.max_inline_data)
-		return EINVAL;
+	if ((wr->send_flags & FERRY_SEND_INLINE) && shm_op_carries_data(wr->opcode)) {
+		for (i = 0; i < wr->num_sge; i++)
+			total += wr->sg_list[i].length;
+		if (total > qp->cap.max_inline_data)
+			return EINVAL;
+	}
+	return 0;
+}
 
-	s = shm_sq_slot(qp, qp->sq_head);
+/* The scalar fields of @wr (everything but the SGEs and inline bytes). */
+static inline void shm_swqe_fill(struct shm_swqe *s, const struct ferry_send_wr *wr)
+{
 	s->wr_id = wr->wr_id;
 	s->opcode = wr->opcode;
 	s->flags = wr->send_flags;
@@ -541,18 +577,51 @@ static int shm_sq_put(struct shm_qp *qp, const struct ferry_send_wr *wr)
 		s->remote_addr = wr->wr.rdma.remote_addr;
 		s->rkey = wr->wr.rdma.rkey;
 	}
-	if ((wr->send_flags & FERRY_SEND_INLINE) && carries_data && total) {
+}
+
+/* Copy a checked WR into the SQ, inline payload included; sq_lock held. */
+static void shm_sq_put(struct shm_qp *qp, const struct ferry_send_wr *wr)
+{
+	struct shm_swqe *s = shm_sq_slot(qp, qp->sq_head);
+	int i;
+
+	shm_swqe_fill(s, wr);
+	if ((wr->send_flags & FERRY_SEND_INLINE) && shm_op_carries_data(wr->opcode)) {
 		uint8_t *p = shm_swqe_inline(qp, s);
 
 		for (i = 0; i < wr->num_sge; i++) {
 			memcpy(p, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
 			p += wr->sg_list[i].length;
 		}
-		s->inline_len = (uint32_t)total;
+		s->inline_len = (uint32_t)(p - shm_swqe_inline(qp, s));
 	} else if (wr->num_sge) {
 		memcpy(shm_swqe_sge(s), wr->sg_list, sizeof(struct ferry_sge) * (size_t)wr->num_sge);
 	}
 	qp->sq_head++;
+}
+
+/*
+ * The common case: one WR on an idle SQ.  Execute it straight from the
+ * caller's WR, without copying it into a slot; only a WR that must wait
+ * for a receive (RNR) is queued.  sq_lock held.
+ */
+static int shm_post_send_now(struct shm_qp *qp, const struct ferry_send_wr *wr)
+{
+	struct shm_swqe s;
+	uint64_t total = 0;
+	int st, err = shm_sq_check(qp, wr);
+
+	if (err)
+		return err;
+	shm_swqe_fill(&s, wr);
+	st = shm_execute(qp, &s, wr->sg_list, &total);
+	if (st == SHM_EXEC_RNR) {
+		shm_sq_put(qp, wr);
+		shm_sq_progress(qp);	/* takes the RNR path */
+		return 0;
+	}
+	qp->sq_head++;
+	shm_sq_finish(qp, qp->sq_exec++, &s, st, total);
 	return 0;
 }
 
@@ -566,11 +635,15 @@ int shm_post_send(struct ferry_qp *fqp, struct ferry_send_wr *wr, struct ferry_s
 	state = qp->qp.state;
 	if (state == FERRY_QPS_RESET || state == FERRY_QPS_INIT || state == FERRY_QPS_RTR) {
 		err = EINVAL;
+	} else if (likely(state == FERRY_QPS_RTS && !wr->next && qp->sq_exec == qp->sq_head &&
+			  !atomic_load_explicit(&qp->async_error, memory_order_relaxed))) {
+		err = shm_post_send_now(qp, wr);
 	} else {
 		for (; wr; wr = wr->next) {
-			err = shm_sq_put(qp, wr);
+			err = shm_sq_check(qp, wr);
 			if (err)
 				break;
+			shm_sq_put(qp, wr);
 		}
 		if (!qp->rnr_pending)
 			shm_sq_progress(qp);

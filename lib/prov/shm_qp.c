@@ -103,8 +103,11 @@ err_free:
 /* Flush every WR posted but not executed; sq_lock held, QP in ERR. */
 void shm_qp_flush_sq(struct shm_qp *qp)
 {
-	while (qp->sq_exec < qp->sq_head)
-		shm_sq_complete(qp, qp->sq_exec++, FERRY_WC_WR_FLUSH_ERR, 0);
+	while (qp->sq_exec < qp->sq_head) {
+		shm_sq_complete(qp, qp->sq_exec, shm_sq_slot(qp, qp->sq_exec),
+				FERRY_WC_WR_FLUSH_ERR, 0);
+		qp->sq_exec++;
+	}
 	qp->rnr_pending = false;
 }
 
