@@ -253,6 +253,13 @@ struct shm_conn {
 	uint32_t peer_rq_sge;
 	size_t peer_rq_stride;
 	struct shm_mapping *peer_region;	/* read-only */
+	struct shm_delivery *peer_dq;	/* the peer's DQ ring in peer_region */
+	struct shm_delivery *my_dq;	/* our DQ ring (deliveries to the peer) */
+	/* The last rkey resolved to mapped memory, to skip the table walk. */
+	uint32_t rkey_cached;
+	uint32_t rkey_access;
+	uint64_t rkey_addr, rkey_length;
+	uint8_t *rkey_base;		/* mapped address of rkey_addr */
 	struct shm_mapping *peer_table;		/* read-only */
 	struct shm_mapping *peer_notify;	/* read-only */
 	int peer_cq_efd;		/* signals the peer's recv CQ */

@@ -640,9 +640,17 @@ static int shm_poll_cq(struct ferry_cq *cq, int n, struct ferry_wc *wc)
 		scq->ring_count--;
 	}
 	nq = scq->nrqps;
-	start = nq ? scq->rr_next++ % nq : 0;
-	for (i = 0; i < nq && got < n; i++)
-		got += shm_poll_recv(scq->rqps[(start + i) % nq], n - got, wc + got);
+	if (nq == 1) {
+		got += shm_poll_recv(scq->rqps[0], n - got, wc + got);
+	} else if (nq) {
+		start = scq->rr_next < nq ? scq->rr_next : 0;
+		scq->rr_next = start + 1;
+		for (i = 0; i < nq && got < n; i++) {
+			uint32_t k = start + i < nq ? start + i : start + i - nq;
+
+			got += shm_poll_recv(scq->rqps[k], n - got, wc + got);
+		}
+	}
 	ferry_unlock(&scq->lock);
 	return got;
 }

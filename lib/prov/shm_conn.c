@@ -321,6 +321,11 @@ static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 		ferry_warn("peer's region disagrees with its HELLO");
 		return ERR(EPROTO);
 	}
+	conn->peer_dq = shm_dq_entry(conn->peer_region->addr,
+				     (size_t)conn->peer_rq_size * conn->peer_rq_stride,
+				     qp->rq_size, 0);
+	conn->my_dq = shm_dq_entry((uint8_t *)qp->region, (size_t)qp->rq_size * qp->rq_stride,
+				   conn->peer_rq_size, 0);
 	return 0;
 }
 

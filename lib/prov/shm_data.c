@@ -161,6 +161,19 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
 	uint32_t idx = SHM_KEY_INDEX(rkey), access;
 	struct shm_mapping *map;
 
+	/* The rkey we used last: still registered (its slot still holds it)? */
+	if (rkey == conn->rkey_cached && idx < SHM_MR_TABLE_ENTRIES &&
+	    atomic_load_explicit(&table[idx].rkey, memory_order_acquire) == rkey &&
+	    (atomic_load_explicit(&pr->qp_access, memory_order_relaxed) & need) == need) {
+		if (raddr < conn->rkey_addr || raddr - conn->rkey_addr > conn->rkey_length ||
+		    len > conn->rkey_length - (raddr - conn->rkey_addr) ||
+		    (conn->rkey_access & need) != need)
+			return FERRY_WC_REM_ACCESS_ERR;
+		seg->len = len;
+		seg->ptr = conn->rkey_base + (raddr - conn->rkey_addr);
+		return FERRY_WC_SUCCESS;
+	}
+
 	/* The target QP must allow the operation, as must the MR. */
 	if ((atomic_load_explicit(&pr->qp_access, memory_order_relaxed) & need) != need)
 		return FERRY_WC_REM_ACCESS_ERR;
@@ -194,6 +207,14 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
 		return FERRY_WC_REM_ACCESS_ERR;
 	}
 	seg->ptr = (uint8_t *)map->addr + off;
+	/* Cache only what the block mapping fully covers. */
+	if (block_off <= map->size && length <= map->size - block_off) {
+		conn->rkey_cached = rkey;
+		conn->rkey_access = access;
+		conn->rkey_addr = addr;
+		conn->rkey_length = length;
+		conn->rkey_base = (uint8_t *)map->addr + block_off;
+	}
 	return FERRY_WC_SUCCESS;
 }
 
@@ -279,9 +300,7 @@ static void shm_notify_peer(struct shm_conn *conn, bool solicited_or_error)
 static void shm_deliver(struct shm_qp *qp, struct shm_conn *conn, uint32_t opcode,
 			uint32_t status, uint32_t byte_len, const struct shm_swqe *s)
 {
-	size_t rq_bytes = qp->rq_size * qp->rq_stride;
-	struct shm_delivery *d = shm_dq_entry((uint8_t *)qp->region, rq_bytes,
-					      conn->peer_rq_size, qp->dq_seq);
+	struct shm_delivery *d = &conn->my_dq[qp->dq_seq & (conn->peer_rq_size - 1)];
 	bool with_imm = s->opcode == FERRY_WR_SEND_WITH_IMM ||
 			s->opcode == FERRY_WR_RDMA_WRITE_WITH_IMM;
 	bool solicited = s->flags & FERRY_SEND_SOLICITED;
