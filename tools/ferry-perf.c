@@ -1,7 +1,8 @@
 /*
  * ferry-perf - latency and throughput of ferry's verbs over the shm
  * transport, side by side with kernel TCP loopback, a bare shared-memory
- * ping-pong and memcpy, all measured in the same run.
+ * ping-pong and memcpy, and of ferry's stream sockets (shm, verbs) beside
+ * kernel TCP sockets, all measured in the same run.
  *
  * This file: the command line, the plan of rows, and the three ways of
  * getting a client and a server process (--local forks them; -s and -c are
@@ -32,6 +33,11 @@
 			    (1u << PERF_OP_READ) | (1u << PERF_OP_SEND) | \
 			    (1u << PERF_OP_FADD) | (1u << PERF_OP_CAS))
 #define PERF_ATOMIC_OPS ((1u << PERF_OP_FADD) | (1u << PERF_OP_CAS))
+#define PERF_STREAM_OP (1u << PERF_OP_STREAM)
+#define PERF_ALL_TESTS ((1u << PERF_TEST_COUNT) - 1)
+#define PERF_PLOT_ITERS 5000		/* --plot: -n of the size sweep */
+#define PERF_CONNECT_MAX 1000000	/* connect rows: default -n */
+#define PERF_RATE_SIZE 64		/* rate rows: message size */
 
 static void perf_usage(FILE *out)
 {
@@ -41,9 +47,11 @@ static void perf_usage(FILE *out)
 "       ferry-perf -c [-p NAME] [OPTIONS] run the tests against a server\n"
 "\n"
 "Latency (ping-pong round trip: min, p50, p99 in microseconds) and\n"
-"throughput (Gbit/s) of ferry's verbs over the shm transport.  --local also\n"
-"measures, in the same run, kernel TCP loopback, a bare shared-memory\n"
-"ping-pong and memcpy, and prints the ratios the project targets.\n"
+"throughput (Gbit/s) of ferry's verbs over the shm transport, and of ferry's\n"
+"stream sockets (op stream: latency, throughput, 64 B message rate and\n"
+"connection setup rate).  --local also measures, in the same run, kernel TCP\n"
+"loopback, a bare shared-memory ping-pong and memcpy, and prints the ratios\n"
+"the project targets.\n"
 "\n"
 "Roles:\n"
 "  -l, --local            fork a server; pin client and server to two CPUs\n"
@@ -52,11 +60,14 @@ static void perf_usage(FILE *out)
 "  -p, --name NAME        abstract AF_UNIX name (default \"ferry-perf\")\n"
 "\n"
 "What to measure (the client decides; a server ignores these):\n"
-"  -t, --test LIST        lat,bw (default both)\n"
-"  -o, --op LIST          write,write_imm,read,send,atomic (= fadd,cas) or all\n"
+"  -t, --test LIST        lat,bw,rate,connect or all (default all); rate\n"
+"                         and connect are stream tests\n"
+"  -o, --op LIST          write,write_imm,read,send,atomic (= fadd,cas),\n"
+"                         verbs (all of those), stream (sockets) or all\n"
 "                         (default all); atomics always move 8 bytes\n"
-"  -T, --transport LIST   ferry,tcp,shm-bare,memcpy or all\n"
-"                         (default all with --local, ferry with -c)\n"
+"  -T, --transport LIST   ferry (= ferry-shm),ferry-verbs,tcp,shm-bare,memcpy\n"
+"                         or all (default all with --local, ferry with -c);\n"
+"                         ferry-verbs: stream rows, when an RDMA device exists\n"
 "  -S, --size LIST|all    message sizes, 8 B to 4 MiB, k/K and m/M suffixes,\n"
 "                         comma-separated; all = powers of two 8..4M\n"
 "                         (default 64 for lat, 64K for bw)\n"
@@ -64,13 +75,17 @@ static void perf_usage(FILE *out)
 "      --block            arm the CQ and sleep in ferry_get_cq_event\n"
 "      --both             both (the default of --local for lat; bw is busy)\n"
 "  -n, --iters N          latency round trips per row (default 20000; fewer\n"
-"                         for messages over 16 KiB: 512 MiB per row at most)\n"
+"                         for messages over 16 KiB: 512 MiB per row at most);\n"
+"                         connect: at most N connections (default 1000000)\n"
 "  -w, --warmup N         unmeasured round trips first (default n/10, <= 2000)\n"
 "  -B, --bytes N          bw: stop after N bytes (default 2G) ...\n"
-"  -D, --duration SEC     ... or after SEC seconds (default 0.5)\n"
+"  -D, --duration SEC     ... or after SEC seconds (default 0.5); rate the\n"
+"                         same; connect runs for twice as long\n"
 "  -d, --depth N          send queue depth = bw window (default 128)\n"
 "      --signal-every N   signal one send WR in N (default depth/8)\n"
 "      --inline N         request N bytes of inline data (default 64; 0: off)\n"
+"      --verbs-addr ADDR  ferry-verbs: IPv4 address of an RDMA netdev\n"
+"                         (default: that of the first RDMA device's port 1)\n"
 "\n"
 "Placement and output:\n"
 "      --cpus A,B         --local: client on CPU A, server on CPU B\n"
@@ -79,6 +94,8 @@ static void perf_usage(FILE *out)
 "      --no-pin           do not pin\n"
 "      --timeout SEC      abort a row (and kill the peer) after SEC (default 60)\n"
 "  -j, --json             one JSON object per line instead of the table\n"
+"      --plot FILE.png    also draw stream latency and throughput against\n"
+"                         message size (gnuplot); sweeps every size\n"
 "  -h, --help             this text\n"
 "\n"
 "Exit status: 0 success, 1 a call failed or the peer died, 2 bad arguments.\n");
@@ -197,7 +214,7 @@ static void perf_parse_cpus(struct perf_opts *o, const char *arg)
 
 enum {
 	OPT_BUSY = 256, OPT_BLOCK, OPT_BOTH, OPT_SIGNAL, OPT_INLINE,
-	OPT_CPUS, OPT_CPU, OPT_NO_PIN, OPT_TIMEOUT,
+	OPT_CPUS, OPT_CPU, OPT_NO_PIN, OPT_TIMEOUT, OPT_PLOT, OPT_VERBS_ADDR,
 };
 
 static const struct option perf_long_opts[] = {
@@ -224,6 +241,8 @@ static const struct option perf_long_opts[] = {
 	{ "no-pin", no_argument, NULL, OPT_NO_PIN },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "json", no_argument, NULL, 'j' },
+	{ "plot", required_argument, NULL, OPT_PLOT },
+	{ "verbs-addr", required_argument, NULL, OPT_VERBS_ADDR },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -238,18 +257,23 @@ static void perf_set_role(struct perf_opts *o, enum perf_role role)
 
 static void perf_parse_opt(struct perf_opts *o, int c, const char *arg)
 {
-	static const char *const tests[] = { "lat", "bw", "all" };
-	static const unsigned int test_bits[] = { 1, 2, 3 };
+	static const char *const tests[] = { "lat", "bw", "rate", "connect",
+		"all" };
+	static const unsigned int test_bits[] = { 1u << PERF_TEST_LAT,
+		1u << PERF_TEST_BW, 1u << PERF_TEST_RATE,
+		1u << PERF_TEST_CONNECT, PERF_ALL_TESTS };
 	static const char *const ops[] = { "write", "write_imm", "read",
-		"send", "atomic", "fadd", "cas", "all" };
+		"send", "atomic", "fadd", "cas", "verbs", "stream", "all" };
 	static const unsigned int op_bits[] = { 1u << PERF_OP_WRITE,
 		1u << PERF_OP_WRITE_IMM, 1u << PERF_OP_READ,
 		1u << PERF_OP_SEND, PERF_ATOMIC_OPS, 1u << PERF_OP_FADD,
-		1u << PERF_OP_CAS, PERF_ALL_FERRY_OPS };
-	static const char *const trs[] = { "ferry", "ferry-shm", "tcp",
-		"shm-bare", "bare", "memcpy", "all" };
+		1u << PERF_OP_CAS, PERF_ALL_FERRY_OPS, PERF_STREAM_OP,
+		PERF_ALL_FERRY_OPS | PERF_STREAM_OP };
+	static const char *const trs[] = { "ferry", "ferry-shm", "ferry-verbs",
+		"verbs", "tcp", "shm-bare", "bare", "memcpy", "all" };
 	static const unsigned int tr_bits[] = { 1u << PERF_TR_FERRY,
-		1u << PERF_TR_FERRY, 1u << PERF_TR_TCP, 1u << PERF_TR_BARE,
+		1u << PERF_TR_FERRY, 1u << PERF_TR_VERBS, 1u << PERF_TR_VERBS,
+		1u << PERF_TR_TCP, 1u << PERF_TR_BARE,
 		1u << PERF_TR_BARE, 1u << PERF_TR_MEMCPY,
 		(1u << PERF_TR_COUNT) - 1 };
 	char *end;
@@ -263,11 +287,14 @@ static void perf_parse_opt(struct perf_opts *o, int c, const char *arg)
 			perf_bad_arg("-p: the name must have 1 to 100 characters");
 		o->name = arg;
 		break;
-	case 't': o->tests = perf_parse_list("-t", arg, tests, test_bits, 3); break;
-	case 'o': o->ops = perf_parse_list("-o", arg, ops, op_bits, 8); break;
-	case 'T': o->transports = perf_parse_list("-T", arg, trs, tr_bits, 7); break;
+	case 't': o->tests = perf_parse_list("-t", arg, tests, test_bits, 5); break;
+	case 'o': o->ops = perf_parse_list("-o", arg, ops, op_bits, 10); break;
+	case 'T': o->transports = perf_parse_list("-T", arg, trs, tr_bits, 9); break;
 	case 'S': perf_parse_sizes(o, arg); break;
-	case 'n': o->iters = perf_parse_long(arg, "-n", 1, 100000000); break;
+	case 'n':
+		o->iters = perf_parse_long(arg, "-n", 1, 100000000);
+		o->iters_given = true;
+		break;
 	case 'w': o->warmup = perf_parse_long(arg, "-w", 0, 100000000); break;
 	case 'B':
 		o->bw_bytes = (uint64_t)perf_parse_long(arg, "-B", 1, 1L << 50);
@@ -294,6 +321,12 @@ static void perf_parse_opt(struct perf_opts *o, int c, const char *arg)
 		o->timeout = (int)perf_parse_long(arg, "--timeout", 1, 86400);
 		break;
 	case 'j': o->json = true; break;
+	case OPT_PLOT:
+		if (!*arg)
+			perf_bad_arg("--plot: give a file name");
+		o->plot = arg;
+		break;
+	case OPT_VERBS_ADDR: o->verbs_addr = arg; break;
 	case 'h': perf_usage(stdout); exit(0);
 	default: perf_bad_arg("unknown option");
 	}
@@ -314,8 +347,8 @@ static void perf_parse_args(struct perf_opts *o, int argc, char **argv)
 	o->cpus[0] = o->cpus[1] = -1;
 	o->cpu_self = -1;
 	o->timeout = 60;
-	o->tests = 3;
-	o->ops = PERF_ALL_FERRY_OPS;
+	o->tests = PERF_ALL_TESTS;
+	o->ops = PERF_ALL_FERRY_OPS | PERF_STREAM_OP;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":lscp:t:o:T:S:n:w:B:D:d:jh",
 				perf_long_opts, NULL)) != -1) {
@@ -344,6 +377,7 @@ static void perf_parse_args(struct perf_opts *o, int argc, char **argv)
 struct perf_plan {
 	struct perf_row rows[PERF_MAX_ROWS];
 	int nrows;
+	char verbs_note[128];		/* why there are no ferry-verbs rows */
 };
 
 static void perf_plan_add(struct perf_plan *plan, const struct perf_opts *o,
@@ -369,6 +403,12 @@ static void perf_plan_add(struct perf_plan *plan, const struct perf_opts *o,
 		      iters / 10 > 2000 ? 2000 : iters / 10 + 1;
 	row->bytes = o->bw_bytes;
 	row->seconds = o->bw_seconds;
+	if (test == PERF_TEST_CONNECT) {
+		/* for twice the bw time, up to -n connections */
+		row->seconds = 2 * o->bw_seconds;
+		row->iters = o->iters_given ? (uint64_t)o->iters : PERF_CONNECT_MAX;
+		row->warmup = 0;
+	}
 }
 
 static unsigned int perf_plan_modes(const struct perf_opts *o,
@@ -415,14 +455,101 @@ static void perf_plan_size(struct perf_plan *plan, const struct perf_opts *o,
 			      PERF_MODE_BUSY, size);
 }
 
+/* --- the plan: stream sockets --- */
+
+/* Stream rows of one test, size and mode: ferry-shm, ferry-verbs, tcp. */
+static void perf_plan_stream_rows(struct perf_plan *plan, const struct perf_opts *o,
+				  enum perf_test test, enum perf_mode mode,
+				  size_t size, bool verbs)
+{
+	unsigned int tr = o->transports;
+
+	if (tr & (1u << PERF_TR_FERRY))
+		perf_plan_add(plan, o, test, PERF_OP_STREAM, PERF_TR_FERRY, mode, size);
+	if ((tr & (1u << PERF_TR_VERBS)) && verbs)
+		perf_plan_add(plan, o, test, PERF_OP_STREAM, PERF_TR_VERBS, mode, size);
+	/* TCP: busy (MSG_DONTWAIT spinning) for latency only; else blocking */
+	if ((tr & (1u << PERF_TR_TCP)) &&
+	    (test == PERF_TEST_LAT || mode == PERF_MODE_BLOCK ||
+	     !(perf_plan_modes(o, test) & (1u << PERF_MODE_BLOCK))))
+		perf_plan_add(plan, o, test, PERF_OP_STREAM, PERF_TR_TCP,
+			      test == PERF_TEST_LAT ? mode : PERF_MODE_BLOCK, size);
+	/*
+	 * Issue 5 hook: the row of an unmodified program under the preload
+	 * (libferry-preload.so) goes here, as transport "ferry-preload".
+	 */
+}
+
+/* The sizes of a stream test: -S, every size for --plot, or the default. */
+static int perf_plan_stream_sizes(const struct perf_opts *o, enum perf_test test,
+				  size_t *sizes)
+{
+	int n = 0;
+	size_t v;
+
+	if (test == PERF_TEST_RATE) {
+		sizes[0] = PERF_RATE_SIZE;
+		return 1;
+	}
+	if (test == PERF_TEST_CONNECT) {
+		sizes[0] = 1;		/* the byte exchanged */
+		return 1;
+	}
+	if (o->nsizes) {
+		memcpy(sizes, o->sizes, o->nsizes * sizeof(*sizes));
+		return o->nsizes;
+	}
+	if (o->plot) {
+		for (v = PERF_MIN_SIZE; v <= PERF_MAX_SIZE; v <<= 1)
+			sizes[n++] = v;
+		return n;
+	}
+	sizes[0] = test == PERF_TEST_LAT ? 64 : 65536;
+	return 1;
+}
+
+static void perf_plan_stream(struct perf_plan *plan, const struct perf_opts *o)
+{
+	size_t sizes[PERF_MAX_SIZES];
+	bool verbs = false;
+	int test, mode, first = plan->nrows, i, n;
+
+	if (!(o->ops & PERF_STREAM_OP))
+		return;
+	if (o->transports & (1u << PERF_TR_VERBS)) {
+		verbs = o->verbs_addr ||
+			perf_stream_verbs_present(plan->verbs_note,
+						  sizeof(plan->verbs_note));
+	}
+	for (test = 0; test < PERF_TEST_COUNT; test++) {
+		if (!(o->tests & (1u << test)))
+			continue;
+		n = perf_plan_stream_sizes(o, test, sizes);
+		for (i = 0; i < n; i++)
+			for (mode = 0; mode < PERF_MODE_COUNT; mode++)
+				if (perf_plan_modes(o, test) & (1u << mode))
+					perf_plan_stream_rows(plan, o, test, mode,
+							      sizes[i], verbs);
+	}
+	/* the sweep of --plot: fewer round trips, unless -n says */
+	for (i = first; i < plan->nrows && o->plot && !o->iters_given; i++) {
+		if (plan->rows[i].test == PERF_TEST_LAT &&
+		    plan->rows[i].iters > PERF_PLOT_ITERS) {
+			plan->rows[i].iters = PERF_PLOT_ITERS;
+			plan->rows[i].warmup = PERF_PLOT_ITERS / 10;
+		}
+	}
+}
+
 static void perf_plan_build(struct perf_plan *plan, const struct perf_opts *o)
 {
 	static const size_t lat_default = 64, bw_default = 65536;
 	int test, i;
 
 	plan->nrows = 0;
-	for (test = 0; test < PERF_TEST_COUNT; test++) {
-		if (!(o->tests & (1u << test)))
+	/* the verbs-style operations, and their yardsticks: lat and bw */
+	for (test = 0; test <= PERF_TEST_BW; test++) {
+		if (!(o->tests & (1u << test)) || !(o->ops & PERF_ALL_FERRY_OPS))
 			continue;
 		if (o->nsizes == 0) {
 			perf_plan_size(plan, o, test, test == PERF_TEST_LAT ?
@@ -432,6 +559,7 @@ static void perf_plan_build(struct perf_plan *plan, const struct perf_opts *o)
 		for (i = 0; i < o->nsizes; i++)
 			perf_plan_size(plan, o, test, o->sizes[i], i == 0);
 	}
+	perf_plan_stream(plan, o);
 	if (plan->nrows == 0)
 		perf_bad_arg("nothing to measure with these -t/-o/-T/--block choices%s",
 			     o->modes == 1u << PERF_MODE_BLOCK ?
@@ -525,14 +653,15 @@ static int perf_run_local(const struct perf_opts *o, const struct perf_plan *pla
 	close(fsock[1]);
 	perf_pin_self(cpu_client);
 	perf_banner(o, "--local", cpus);
-	perf_session_client(o, ctrl[0], fsock[0], plan->rows, plan->nrows,
-			    o->transports);
+	if (plan->verbs_note[0])
+		perf_report_note("ferry-verbs", plan->verbs_note);
+	perf_session_client(o, ctrl[0], fsock[0], plan->rows, plan->nrows);
 	close(ctrl[0]);
 	close(fsock[0]);
 	if (perf_reap_child(pid, 10))
 		return 1;
 	perf_report_ratios();
-	return 0;
+	return o->plot ? perf_plot_write(o->plot) : 0;
 }
 
 static void perf_abstract_addr(const char *name, struct sockaddr_un *sun,
@@ -611,12 +740,15 @@ static int perf_run_client(const struct perf_opts *o, const struct perf_plan *pl
 	else
 		snprintf(cpus, sizeof(cpus), "client not pinned");
 	perf_banner(o, "-c", cpus);
-	rc = perf_session_client(o, ctrl, fsock, plan->rows, plan->nrows,
-				 o->transports);
+	if (plan->verbs_note[0])
+		perf_report_note("ferry-verbs", plan->verbs_note);
+	rc = perf_session_client(o, ctrl, fsock, plan->rows, plan->nrows);
 	close(ctrl);
 	close(fsock);
 	if (rc == 0)
 		perf_report_ratios();
+	if (rc == 0 && o->plot)
+		rc = perf_plot_write(o->plot);
 	return rc;
 }
 

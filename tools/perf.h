@@ -1,8 +1,9 @@
 /*
  * perf.h - what the pieces of ferry-perf share: options, the control
  * protocol between the two processes, results, and the entry points of each
- * transport (perf_verbs.c, perf_tcp.c, perf_yardstick.c) and of the report
- * (perf_report.c).
+ * transport (perf_verbs.c, perf_tcp.c, perf_yardstick.c), of the stream
+ * socket rows (perf_stream.c, run in worker processes perf_spawn.c forks),
+ * of the report (perf_report.c) and of the plot (perf_plot.c).
  *
  * Roles: the client drives (chooses every test, measures, prints); the
  * server answers.  Both run in the same order under the control socket, one
@@ -14,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define PERF_PROG "ferry-perf"
@@ -24,6 +26,8 @@
 enum perf_test {
 	PERF_TEST_LAT,		/* ping-pong round trip */
 	PERF_TEST_BW,		/* one-way stream with a window */
+	PERF_TEST_RATE,		/* stream: 64 B sends one way, messages/s */
+	PERF_TEST_CONNECT,	/* stream: connect+accept+1 byte each way+close */
 	PERF_TEST_COUNT
 };
 
@@ -35,6 +39,7 @@ enum perf_op {
 	PERF_OP_FADD,		/* atomic fetch-and-add */
 	PERF_OP_CAS,		/* atomic compare-and-swap */
 	PERF_OP_COPY,		/* memcpy yardstick */
+	PERF_OP_STREAM,		/* stream sockets: ferry_sock_* or BSD calls */
 	PERF_OP_COUNT
 };
 
@@ -43,6 +48,7 @@ enum perf_transport {
 	PERF_TR_TCP,		/* kernel TCP loopback */
 	PERF_TR_BARE,		/* two processes, one shared mapping */
 	PERF_TR_MEMCPY,		/* memcpy in one process */
+	PERF_TR_VERBS,		/* ferry over an RDMA device (stream rows only) */
 	PERF_TR_COUNT
 };
 
@@ -70,6 +76,7 @@ struct perf_opts {
 	unsigned int transports;	/* 1 << enum perf_transport; 0: default */
 	unsigned int modes;		/* 1 << enum perf_mode; 0: default */
 	long iters;			/* latency iterations per row */
+	bool iters_given;		/* -n was given */
 	long warmup;			/* -1: automatic */
 	uint64_t bw_bytes;		/* bandwidth: stop after this many bytes */
 	double bw_seconds;		/* ... or after this long */
@@ -81,6 +88,8 @@ struct perf_opts {
 	bool no_pin;
 	int timeout;			/* seconds a row may take before abort */
 	bool json;
+	const char *plot;		/* --plot FILE.png, NULL: none */
+	const char *verbs_addr;		/* --verbs-addr; NULL: find one */
 };
 
 /* Control messages (SOCK_SEQPACKET: one message per send). */
@@ -114,6 +123,8 @@ struct perf_msg {
 	uint64_t atomic_addr;		/* INFO: atomic target word */
 	uint64_t bytes;			/* TEST (bw): byte budget */
 	double seconds;			/* TEST (bw): time budget */
+	uint32_t stream;		/* HELLO: stream rows follow */
+	uint32_t skipped;		/* READY (stream): the server could not listen */
 };
 
 /* One row of the report. */
@@ -125,8 +136,11 @@ struct perf_result {
 	size_t size;
 	uint64_t iters;			/* measured iterations or messages */
 	double min_us, p50_us, p99_us;	/* lat */
-	double gbit_s, mmsg_s, seconds;	/* bw */
-	uint64_t bytes;			/* bw */
+	double gbit_s, mmsg_s, seconds;	/* bw, rate */
+	uint64_t bytes;			/* bw, rate */
+	double conn_s;			/* connect */
+	bool skipped;			/* stream row not run: see note */
+	char note[96];			/* why it was skipped */
 };
 
 /* A row the client asks for. */
@@ -183,14 +197,16 @@ const char *perf_op_name(enum perf_op op);
 const char *perf_transport_name(enum perf_transport tr);
 const char *perf_mode_name(enum perf_mode mode);
 void perf_format_size(char *buf, size_t len, size_t size);
+void perf_row_to_msg(const struct perf_row *row, struct perf_msg *msg);
+void perf_msg_to_row(const struct perf_msg *msg, size_t max_size,
+		     struct perf_row *row);
 
 /* --- perf_session.c: the two sides of one session --- */
 
 int perf_session_server(const struct perf_opts *opts, int ctrl_fd,
 			int ferry_fd);
 int perf_session_client(const struct perf_opts *opts, int ctrl_fd,
-			int ferry_fd, const struct perf_row *rows, int nrows,
-			unsigned int transports);
+			int ferry_fd, const struct perf_row *rows, int nrows);
 
 /* --- perf_report.c --- */
 
@@ -199,7 +215,63 @@ void perf_bw_result(struct perf_result *res, uint64_t bytes, uint64_t msgs,
 		    uint64_t elapsed_ns);
 void perf_report_begin(bool json, const char *banner, const char *cpus);
 void perf_report_row(const struct perf_result *res);
+void perf_report_note(const char *transport, const char *note);
 void perf_report_ratios(void);
+/* The rows reported so far (for the plot). */
+const struct perf_result *perf_report_rows(int *n_p);
+bool perf_report_is_json(void);
+
+/* --- perf_plot.c: --plot FILE.png with gnuplot --- */
+
+/* 0 when the png was written; 1 (after saying why) when it was not. */
+int perf_plot_write(const char *png);
+
+/* --- perf_spawn.c: worker processes for the stream rows --- */
+
+/*
+ * The stream rows run in fresh processes because the socket layer reads
+ * FERRY_POLL_US once per process: each row forks a worker with the
+ * environment of its mode.  Workers are forked by a spawner process that
+ * is itself forked before the session touches ferry, so that they start
+ * from a process with no ferry state and no threads.
+ */
+struct perf_spawner;
+
+struct perf_spawner *perf_spawner_start(const struct perf_opts *opts,
+					const int *close_fds, int nclose);
+void perf_spawner_stop(struct perf_spawner *sp);
+/* Server: start a worker that listens; its port, 0 if it could not. */
+uint16_t perf_stream_server_start(struct perf_spawner *sp,
+				  const struct perf_row *row, char *note,
+				  size_t note_len);
+/* Server: wait for the worker of the row; returns the bytes it received. */
+uint64_t perf_stream_server_wait(struct perf_spawner *sp);
+/* Client: run the row in a worker against the server's @port. */
+void perf_stream_client(struct perf_spawner *sp, const struct perf_row *row,
+			uint16_t port, struct perf_result *res);
+/* Server worker: the port it listens on (0: it cannot, see @note) ... */
+void perf_stream_report_port(int chan_fd, uint16_t port, const char *note);
+/* ... and at the end, the bytes it received. */
+void perf_stream_report_bytes(int chan_fd, uint64_t bytes);
+
+/* --- perf_stream.c: the stream rows, inside a worker --- */
+
+/* Environment of a worker for @row (FERRY_POLL_US, FERRY_TRANSPORT). */
+void perf_stream_setenv(const struct perf_row *row);
+/* The address the rows of @tr use; false (and @note) when there is none. */
+bool perf_stream_addr(enum perf_transport tr, const char *verbs_addr,
+		      struct sockaddr_storage *ss, char *note, size_t note_len);
+/* Is there an RDMA device for the ferry-verbs rows? (@note: why not) */
+bool perf_stream_verbs_present(char *note, size_t note_len);
+/*
+ * Server worker: listen, tell @chan_fd the port (0 and a note if it
+ * cannot), serve the row, tell the bytes received.
+ */
+void perf_stream_serve(const struct perf_opts *opts, const struct perf_row *row,
+		       int chan_fd);
+/* Client worker: run the row against @port; fills @res. */
+void perf_stream_run(const struct perf_opts *opts, const struct perf_row *row,
+		     uint16_t port, struct perf_result *res);
 
 /* --- perf_verbs.c: the ferry transport --- */
 

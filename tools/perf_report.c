@@ -13,10 +13,11 @@
 
 #define PERF_REPORT_MAX_ROWS 1024
 
-/* The state of the report: rows kept for the ratios. */
+/* The state of the report: rows kept for the ratios and the plot. */
 static struct {
 	bool json;
 	const char *cpus;
+	bool stream_seen;		/* the stream section's heading is out */
 	struct perf_result rows[PERF_REPORT_MAX_ROWS];
 	int nrows;
 } report;
@@ -63,10 +64,32 @@ void perf_report_begin(bool json, const char *banner, const char *cpus)
 	if (json)
 		return;
 	printf("# %s\n", banner);
-	printf("%-4s %-9s %-9s %-5s %5s %9s %9s %9s %9s %9s\n",
+	printf("%-7s %-9s %-11s %-5s %5s %9s %9s %9s %9s %9s %9s\n",
 	       "test", "op", "transport", "mode", "size",
-	       "p50 us", "min us", "p99 us", "Gbit/s", "Mmsg/s");
+	       "p50 us", "min us", "p99 us", "Gbit/s", "Mmsg/s", "conn/s");
 	fflush(stdout);
+}
+
+/* A transport that has no rows in this run, and why. */
+void perf_report_note(const char *transport, const char *note)
+{
+	if (report.json)
+		printf("{\"test\":\"note\",\"op\":\"stream\",\"transport\":\"%s\","
+		       "\"note\":\"%s\"}\n", transport, note);
+	else
+		printf("# %s: %s\n", transport, note);
+	fflush(stdout);
+}
+
+const struct perf_result *perf_report_rows(int *n_p)
+{
+	*n_p = report.nrows;
+	return report.rows;
+}
+
+bool perf_report_is_json(void)
+{
+	return report.json;
 }
 
 static void perf_report_json(const struct perf_result *r)
@@ -76,9 +99,17 @@ static void perf_report_json(const struct perf_result *r)
 	       perf_test_name(r->test), perf_op_name(r->op),
 	       perf_transport_name(r->transport), perf_mode_name(r->mode),
 	       r->size, (unsigned long long)r->iters);
-	if (r->test == PERF_TEST_LAT)
+	if (r->skipped)
+		printf("\"skipped\":\"%s\",", r->note);
+	else if (r->test == PERF_TEST_LAT)
 		printf("\"rtt_us_min\":%.3f,\"rtt_us_p50\":%.3f,\"rtt_us_p99\":%.3f,",
 		       r->min_us, r->p50_us, r->p99_us);
+	else if (r->test == PERF_TEST_CONNECT)
+		printf("\"conn_s\":%.1f,\"seconds\":%.4f,", r->conn_s, r->seconds);
+	else if (r->test == PERF_TEST_RATE)
+		printf("\"msg_s\":%.0f,\"gbit_s\":%.3f,\"bytes\":%llu,\"seconds\":%.4f,",
+		       r->mmsg_s * 1e6, r->gbit_s, (unsigned long long)r->bytes,
+		       r->seconds);
 	else
 		printf("\"gbit_s\":%.3f,\"mmsg_s\":%.4f,\"bytes\":%llu,\"seconds\":%.4f,",
 		       r->gbit_s, r->mmsg_s, (unsigned long long)r->bytes,
@@ -90,16 +121,25 @@ static void perf_report_human(const struct perf_result *r)
 {
 	char size[16];
 
+	if (r->op == PERF_OP_STREAM && !report.stream_seen) {
+		printf("# stream sockets: busy rows poll (FERRY_POLL_US=1000000; tcp spins on MSG_DONTWAIT), block rows sleep (FERRY_POLL_US=0; tcp blocks)\n");
+		report.stream_seen = true;
+	}
 	perf_format_size(size, sizeof(size), r->size);
-	printf("%-4s %-9s %-9s %-5s %5s ", perf_test_name(r->test),
+	printf("%-7s %-9s %-11s %-5s %5s ", perf_test_name(r->test),
 	       perf_op_name(r->op), perf_transport_name(r->transport),
 	       perf_mode_name(r->mode), size);
-	if (r->test == PERF_TEST_LAT)
-		printf("%9.2f %9.2f %9.2f %9s %9s\n", r->p50_us, r->min_us,
-		       r->p99_us, "-", "-");
+	if (r->skipped)
+		printf("%s\n", r->note);
+	else if (r->test == PERF_TEST_LAT)
+		printf("%9.2f %9.2f %9.2f %9s %9s %9s\n", r->p50_us, r->min_us,
+		       r->p99_us, "-", "-", "-");
+	else if (r->test == PERF_TEST_CONNECT)
+		printf("%9s %9s %9s %9s %9s %9.0f\n", "-", "-", "-", "-", "-",
+		       r->conn_s);
 	else
-		printf("%9s %9s %9s %9.2f %9.3f\n", "-", "-", "-", r->gbit_s,
-		       r->mmsg_s);
+		printf("%9s %9s %9s %9.2f %9.3f %9s\n", "-", "-", "-", r->gbit_s,
+		       r->mmsg_s, "-");
 }
 
 void perf_report_row(const struct perf_result *res)
@@ -113,6 +153,7 @@ void perf_report_row(const struct perf_result *res)
 	fflush(stdout);
 }
 
+/* A row of this run; @op -1: any operation but stream. */
 static const struct perf_result *perf_report_find(enum perf_test test,
 						  int op,
 						  enum perf_transport tr,
@@ -124,22 +165,43 @@ static const struct perf_result *perf_report_find(enum perf_test test,
 	for (i = 0; i < report.nrows; i++) {
 		const struct perf_result *r = &report.rows[i];
 
-		if (r->test == test && (op < 0 || r->op == (enum perf_op)op) &&
-		    r->transport == tr && r->mode == mode && r->size == size)
+		if (r->skipped)
+			continue;
+		if (op < 0 ? r->op == PERF_OP_STREAM : r->op != (enum perf_op)op)
+			continue;
+		if (r->test == test && r->transport == tr && r->mode == mode &&
+		    r->size == size)
 			return r;
 	}
 	return NULL;
 }
+
+enum perf_metric {
+	PERF_METRIC_RTT,		/* rtt p50 */
+	PERF_METRIC_GBIT,		/* gbit_s */
+	PERF_METRIC_MSG,		/* messages per second */
+	PERF_METRIC_CONN,		/* connections per second */
+};
 
 /* One target of the issue: value = num / den, met when on the right side. */
 struct perf_ratio {
 	const char *name;		/* JSON key */
 	const char *label;		/* table text */
 	const struct perf_result *num, *den;
-	bool bandwidth;			/* compare gbit_s, else rtt p50 */
+	enum perf_metric metric;
 	bool at_most;			/* target is an upper bound */
-	double target;
+	double target;			/* 0: for information, no target */
 };
+
+static double perf_metric_value(const struct perf_result *r, enum perf_metric m)
+{
+	switch (m) {
+	case PERF_METRIC_GBIT: return r->gbit_s;
+	case PERF_METRIC_MSG: return r->mmsg_s;
+	case PERF_METRIC_CONN: return r->conn_s;
+	default: return r->p50_us;
+	}
+}
 
 static void perf_ratio_print(const struct perf_ratio *q)
 {
@@ -156,10 +218,23 @@ static void perf_ratio_print(const struct perf_ratio *q)
 			       q->label, "n/a");
 		return;
 	}
-	n = q->bandwidth ? q->num->gbit_s : q->num->p50_us;
-	d = q->bandwidth ? q->den->gbit_s : q->den->p50_us;
+	n = perf_metric_value(q->num, q->metric);
+	d = perf_metric_value(q->den, q->metric);
 	value = d > 0 ? n / d : 0;
 	met = q->at_most ? value <= q->target : value >= q->target;
+	if (q->target == 0) {
+		if (report.json)
+			printf("{\"test\":\"ratio\",\"name\":\"%s\",\"op\":\"%s\","
+			       "\"transport\":\"%s/%s\",\"mode\":\"%s\",\"size\":%zu,"
+			       "\"value\":%.3f,\"target\":null}\n",
+			       q->name, q->name,
+			       perf_transport_name(q->num->transport),
+			       perf_transport_name(q->den->transport),
+			       perf_mode_name(q->num->mode), q->num->size, value);
+		else
+			printf("  %-50s %8.2f   (for information)\n", q->label, value);
+		return;
+	}
 	if (report.json) {
 		printf("{\"test\":\"ratio\",\"name\":\"%s\",\"op\":\"%s\","
 		       "\"transport\":\"%s/%s\",\"mode\":\"%s\",\"size\":%zu,"
@@ -176,12 +251,57 @@ static void perf_ratio_print(const struct perf_ratio *q)
 	       q->at_most ? "<=" : ">=", q->target, met ? "met" : "MISSED");
 }
 
+/* The stream targets of issue 4: ferry-shm sockets beside TCP sockets. */
+static int perf_stream_ratios(struct perf_ratio *q)
+{
+	const struct perf_result *busy, *block, *tcp_block, *tcp_busy;
+	const struct perf_result *bw, *tcp_bw, *rate, *tcp_rate, *conn, *tcp_conn;
+	enum perf_test lat = PERF_TEST_LAT;
+
+	busy = perf_report_find(lat, PERF_OP_STREAM, PERF_TR_FERRY, PERF_MODE_BUSY, 64);
+	block = perf_report_find(lat, PERF_OP_STREAM, PERF_TR_FERRY, PERF_MODE_BLOCK, 64);
+	tcp_busy = perf_report_find(lat, PERF_OP_STREAM, PERF_TR_TCP, PERF_MODE_BUSY, 64);
+	tcp_block = perf_report_find(lat, PERF_OP_STREAM, PERF_TR_TCP, PERF_MODE_BLOCK, 64);
+	bw = perf_report_find(PERF_TEST_BW, PERF_OP_STREAM, PERF_TR_FERRY,
+			      PERF_MODE_BUSY, 65536);
+	tcp_bw = perf_report_find(PERF_TEST_BW, PERF_OP_STREAM, PERF_TR_TCP,
+				  PERF_MODE_BLOCK, 65536);
+	rate = perf_report_find(PERF_TEST_RATE, PERF_OP_STREAM, PERF_TR_FERRY,
+				PERF_MODE_BUSY, 64);
+	tcp_rate = perf_report_find(PERF_TEST_RATE, PERF_OP_STREAM, PERF_TR_TCP,
+				    PERF_MODE_BLOCK, 64);
+	conn = perf_report_find(PERF_TEST_CONNECT, PERF_OP_STREAM, PERF_TR_FERRY,
+				PERF_MODE_BUSY, 1);
+	tcp_conn = perf_report_find(PERF_TEST_CONNECT, PERF_OP_STREAM, PERF_TR_TCP,
+				    PERF_MODE_BLOCK, 1);
+
+	q[0] = (struct perf_ratio){ "stream_tcp_rtt_per_ferry_busy_rtt",
+		"stream: tcp 64 B rtt / ferry-shm 64 B busy rtt",
+		tcp_block, busy, PERF_METRIC_RTT, false, 10.0 };
+	q[1] = (struct perf_ratio){ "stream_tcp_busy_rtt_per_ferry_busy_rtt",
+		"stream: tcp busy 64 B rtt / ferry-shm busy rtt",
+		tcp_busy, busy, PERF_METRIC_RTT, false, 0 };
+	q[2] = (struct perf_ratio){ "stream_ferry_bw_per_tcp_bw",
+		"stream: ferry-shm 64 KiB bw / tcp 64 KiB bw",
+		bw, tcp_bw, PERF_METRIC_GBIT, false, 3.0 };
+	q[3] = (struct perf_ratio){ "stream_ferry_msg_s_per_tcp_msg_s",
+		"stream: ferry-shm 64 B msg/s / tcp 64 B msg/s",
+		rate, tcp_rate, PERF_METRIC_MSG, false, 10.0 };
+	q[4] = (struct perf_ratio){ "stream_ferry_block_rtt_per_tcp_rtt",
+		"stream: ferry-shm 64 B block rtt / tcp 64 B rtt",
+		block, tcp_block, PERF_METRIC_RTT, true, 1.0 };
+	q[5] = (struct perf_ratio){ "stream_ferry_conn_s_per_tcp_conn_s",
+		"stream: ferry-shm conn/s / tcp conn/s",
+		conn, tcp_conn, PERF_METRIC_CONN, false, 0.5 };
+	return 6;
+}
+
 void perf_report_ratios(void)
 {
 	const struct perf_result *ferry_busy, *ferry_block, *bare, *tcp;
 	const struct perf_result *ferry_bw, *copy_bw;
-	struct perf_ratio ratios[4];
-	size_t i;
+	struct perf_ratio ratios[10];
+	size_t i, n = 4;
 
 	ferry_busy = perf_report_find(PERF_TEST_LAT, PERF_OP_WRITE_IMM,
 				      PERF_TR_FERRY, PERF_MODE_BUSY, 64);
@@ -198,20 +318,21 @@ void perf_report_ratios(void)
 
 	ratios[0] = (struct perf_ratio){ "ferry_busy_rtt_per_bare_rtt",
 		"ferry write_imm 64 B busy rtt / shm-bare rtt",
-		ferry_busy, bare, false, true, 2.0 };
+		ferry_busy, bare, PERF_METRIC_RTT, true, 2.0 };
 	ratios[1] = (struct perf_ratio){ "tcp_rtt_per_ferry_busy_rtt",
 		"tcp 64 B rtt / ferry write_imm 64 B busy rtt",
-		tcp, ferry_busy, false, false, 10.0 };
+		tcp, ferry_busy, PERF_METRIC_RTT, false, 10.0 };
 	ratios[2] = (struct perf_ratio){ "ferry_write_bw_per_memcpy_bw",
 		"ferry write 64 KiB bw / memcpy 64 KiB bw",
-		ferry_bw, copy_bw, true, false, 0.70 };
+		ferry_bw, copy_bw, PERF_METRIC_GBIT, false, 0.70 };
 	ratios[3] = (struct perf_ratio){ "ferry_block_rtt_per_tcp_rtt",
 		"ferry write_imm 64 B --block rtt / tcp 64 B rtt",
-		ferry_block, tcp, false, true, 1.0 };
+		ferry_block, tcp, PERF_METRIC_RTT, true, 1.0 };
+	n += (size_t)perf_stream_ratios(ratios + n);
 
 	if (!report.json)
 		printf("\nratios (this run; p50 for latency):\n");
-	for (i = 0; i < sizeof(ratios) / sizeof(ratios[0]); i++)
+	for (i = 0; i < n; i++)
 		perf_ratio_print(&ratios[i]);
 	fflush(stdout);
 }

@@ -32,6 +32,7 @@ struct perf_session {
 	struct perf_bare *bare;
 	void *scratch;			/* payload of tcp and shm-bare rows */
 	void *scratch2;			/* memcpy target without ferry */
+	struct perf_spawner *spawner;	/* stream rows: forks their workers */
 };
 
 /*
@@ -96,41 +97,9 @@ static void perf_session_close(struct perf_session *s)
 	}
 	if (s->tcp_listen_fd >= 0)
 		close(s->tcp_listen_fd);
+	perf_spawner_stop(s->spawner);
 	free(s->scratch);
 	free(s->scratch2);
-}
-
-static void perf_row_to_msg(const struct perf_row *row, struct perf_msg *msg)
-{
-	memset(msg, 0, sizeof(*msg));
-	msg->type = PERF_MSG_TEST;
-	msg->test = row->test;
-	msg->op = row->op;
-	msg->transport = row->transport;
-	msg->mode = row->mode;
-	msg->size = row->size;
-	msg->iters = row->iters;
-	msg->value = row->warmup;
-	msg->bytes = row->bytes;
-	msg->seconds = row->seconds;
-}
-
-static void perf_msg_to_row(const struct perf_msg *msg, size_t max_size,
-			    struct perf_row *row)
-{
-	if (msg->test >= PERF_TEST_COUNT || msg->op >= PERF_OP_COUNT ||
-	    msg->transport >= PERF_TR_COUNT || msg->mode >= PERF_MODE_COUNT ||
-	    msg->size == 0 || msg->size > max_size)
-		perf_die("protocol error: bad TEST message");
-	row->test = msg->test;
-	row->op = msg->op;
-	row->transport = msg->transport;
-	row->mode = msg->mode;
-	row->size = msg->size;
-	row->iters = msg->iters;
-	row->warmup = msg->value;
-	row->bytes = msg->bytes;
-	row->seconds = msg->seconds;
 }
 
 static void perf_row_describe(const struct perf_row *row, char *buf, size_t len)
@@ -141,6 +110,40 @@ static void perf_row_describe(const struct perf_row *row, char *buf, size_t len)
 	snprintf(buf, len, "%s %s %s %s %s", perf_test_name(row->test),
 		 perf_op_name(row->op), perf_transport_name(row->transport),
 		 perf_mode_name(row->mode), size);
+}
+
+/*
+ * Before the session touches ferry (see perf_spawn.c); the spawner must not
+ * keep the control and ferry sockets open.
+ */
+static void perf_session_start_spawner(struct perf_session *s)
+{
+	int fds[2] = { s->ctrl_fd, s->ferry_fd };
+
+	s->spawner = perf_spawner_start(s->opts, fds, 2);
+}
+
+/* Client: a stream row; the server's worker listens, ours connects. */
+static void perf_client_stream_row(struct perf_session *s,
+				   const struct perf_row *row,
+				   struct perf_result *res)
+{
+	struct perf_msg msg;
+
+	perf_row_to_msg(row, &msg);
+	perf_msg_send(s->ctrl_fd, &msg, -1);
+	perf_msg_recv(s->ctrl_fd, &msg, PERF_MSG_READY, NULL);
+	if (msg.skipped) {
+		res->skipped = true;
+		snprintf(res->note, sizeof(res->note),
+			 "skipped: the server could not listen (its message is above)");
+	} else {
+		perf_stream_client(s->spawner, row, (uint16_t)msg.tcp_port, res);
+	}
+	memset(&msg, 0, sizeof(msg));
+	msg.type = PERF_MSG_FINISH;
+	perf_msg_send(s->ctrl_fd, &msg, -1);
+	perf_msg_recv(s->ctrl_fd, &msg, PERF_MSG_DONE, NULL);
 }
 
 /* Client: one row, both sides; returns the result to report. */
@@ -156,6 +159,10 @@ static void perf_client_row(struct perf_session *s, const struct perf_row *row,
 	res->transport = row->transport;
 	res->mode = row->mode;
 	res->size = row->size;
+	if (row->op == PERF_OP_STREAM) {
+		perf_client_stream_row(s, row, res);
+		return;
+	}
 	if (row->transport == PERF_TR_MEMCPY) {	/* one process, no peer */
 		if (s->ferry) {
 			src = perf_ferry_buffers(s->ferry, &dst);
@@ -218,17 +225,27 @@ static bool perf_server_row(struct perf_session *s)
 	perf_row_describe(&row, what, sizeof(what));
 	/* later than the client's: the client reports and kills us */
 	perf_watchdog_arm(s->opts->timeout + 5, what);
-	if (row.transport == PERF_TR_FERRY && s->ferry)
+	memset(&msg, 0, sizeof(msg));
+	if (row.op == PERF_OP_STREAM && s->spawner) {
+		char note[96] = "";
+
+		msg.tcp_port = perf_stream_server_start(s->spawner, &row, note,
+							sizeof(note));
+		msg.skipped = msg.tcp_port == 0;
+		if (msg.skipped)
+			fprintf(stderr, "%s (server): %s: %s\n", PERF_PROG, what, note);
+	} else if (row.transport == PERF_TR_FERRY && s->ferry)
 		perf_ferry_prepare(s->ferry, &row);
 	else if (row.transport == PERF_TR_BARE && s->bare)
 		perf_bare_prepare(s->bare);
 	else if (!(row.transport == PERF_TR_TCP && s->tcp_listen_fd >= 0))
 		perf_die("protocol error: %s was not set up",
 			 perf_transport_name(row.transport));
-	memset(&msg, 0, sizeof(msg));
 	msg.type = PERF_MSG_READY;
 	perf_msg_send(s->ctrl_fd, &msg, -1);
-	if (row.transport == PERF_TR_FERRY)
+	if (row.op == PERF_OP_STREAM)
+		value = perf_stream_server_wait(s->spawner);
+	else if (row.transport == PERF_TR_FERRY)
 		value = perf_ferry_server(s->ferry, &row);
 	else if (row.transport == PERF_TR_TCP)
 		value = perf_tcp_server(s->tcp_listen_fd, &row, s->scratch);
@@ -257,6 +274,8 @@ int perf_session_server(const struct perf_opts *opts, int ctrl_fd, int ferry_fd)
 		perf_die("protocol error: bad HELLO");
 	s.max_size = hello.size;
 	s.transports = hello.transports;
+	if (hello.stream)
+		perf_session_start_spawner(&s);
 	s.scratch = perf_xcalloc(s.max_size);
 	memset(&info, 0, sizeof(info));
 	info.type = PERF_MSG_INFO;
@@ -284,27 +303,34 @@ int perf_session_server(const struct perf_opts *opts, int ctrl_fd, int ferry_fd)
 }
 
 int perf_session_client(const struct perf_opts *opts, int ctrl_fd, int ferry_fd,
-			const struct perf_row *rows, int nrows,
-			unsigned int transports)
+			const struct perf_row *rows, int nrows)
 {
 	struct perf_session s = { .opts = opts, .ctrl_fd = ctrl_fd,
-				  .ferry_fd = ferry_fd, .tcp_listen_fd = -1,
-				  .transports = transports };
+				  .ferry_fd = ferry_fd, .tcp_listen_fd = -1 };
 	struct perf_msg hello, info;
 	struct perf_result res;
+	bool stream = false;
 	char what[96];
 	int bare_fd, i;
 
 	s.max_size = 64;
-	for (i = 0; i < nrows; i++)
+	for (i = 0; i < nrows; i++) {
 		if (rows[i].size > s.max_size)
 			s.max_size = rows[i].size;
+		if (rows[i].op == PERF_OP_STREAM)
+			stream = true;	/* run by workers, not this session */
+		else
+			s.transports |= 1u << rows[i].transport;
+	}
+	if (stream)
+		perf_session_start_spawner(&s);
 	s.scratch = perf_xcalloc(s.max_size);
 	s.scratch2 = perf_xcalloc(s.max_size);
 	memset(&hello, 0, sizeof(hello));
 	hello.type = PERF_MSG_HELLO;
 	hello.size = s.max_size;
-	hello.transports = transports & ~(1u << PERF_TR_MEMCPY);
+	hello.transports = s.transports & ~(1u << PERF_TR_MEMCPY);
+	hello.stream = stream;
 	hello.sq_depth = (uint32_t)opts->sq_depth;
 	hello.signal_every = (uint32_t)opts->signal_every;
 	hello.inline_max = (uint32_t)opts->inline_max;

@@ -129,6 +129,40 @@ void perf_msg_recv(int fd, struct perf_msg *msg, uint32_t type, int *fd_p)
 	}
 }
 
+/* A row travels as a TEST message (to the server, and to the workers). */
+void perf_row_to_msg(const struct perf_row *row, struct perf_msg *msg)
+{
+	memset(msg, 0, sizeof(*msg));
+	msg->type = PERF_MSG_TEST;
+	msg->test = row->test;
+	msg->op = row->op;
+	msg->transport = row->transport;
+	msg->mode = row->mode;
+	msg->size = row->size;
+	msg->iters = row->iters;
+	msg->value = row->warmup;
+	msg->bytes = row->bytes;
+	msg->seconds = row->seconds;
+}
+
+void perf_msg_to_row(const struct perf_msg *msg, size_t max_size,
+		     struct perf_row *row)
+{
+	if (msg->test >= PERF_TEST_COUNT || msg->op >= PERF_OP_COUNT ||
+	    msg->transport >= PERF_TR_COUNT || msg->mode >= PERF_MODE_COUNT ||
+	    msg->size == 0 || msg->size > max_size)
+		perf_die("protocol error: bad TEST message");
+	row->test = msg->test;
+	row->op = msg->op;
+	row->transport = msg->transport;
+	row->mode = msg->mode;
+	row->size = msg->size;
+	row->iters = msg->iters;
+	row->warmup = msg->value;
+	row->bytes = msg->bytes;
+	row->seconds = msg->seconds;
+}
+
 static void perf_watchdog_fire(int sig)
 {
 	ssize_t unused;
@@ -194,7 +228,14 @@ void perf_pin_self(int cpu)
 
 const char *perf_test_name(enum perf_test test)
 {
-	return test == PERF_TEST_LAT ? "lat" : "bw";
+	static const char *const names[PERF_TEST_COUNT] = {
+		[PERF_TEST_LAT] = "lat",
+		[PERF_TEST_BW] = "bw",
+		[PERF_TEST_RATE] = "rate",
+		[PERF_TEST_CONNECT] = "connect",
+	};
+
+	return (unsigned int)test < PERF_TEST_COUNT ? names[test] : "?";
 }
 
 const char *perf_op_name(enum perf_op op)
@@ -207,6 +248,7 @@ const char *perf_op_name(enum perf_op op)
 		[PERF_OP_FADD] = "fadd",
 		[PERF_OP_CAS] = "cas",
 		[PERF_OP_COPY] = "copy",
+		[PERF_OP_STREAM] = "stream",
 	};
 
 	return (unsigned int)op < PERF_OP_COUNT ? names[op] : "?";
@@ -219,6 +261,7 @@ const char *perf_transport_name(enum perf_transport tr)
 		[PERF_TR_TCP] = "tcp",
 		[PERF_TR_BARE] = "shm-bare",
 		[PERF_TR_MEMCPY] = "memcpy",
+		[PERF_TR_VERBS] = "ferry-verbs",
 	};
 
 	return (unsigned int)tr < PERF_TR_COUNT ? names[tr] : "?";
