@@ -19,8 +19,15 @@
 
 #include "sock-internal.h"
 
-/* wr_id of receives; sends carry the number of sbuf bytes they free. */
+/*
+ * wr_id of receives.  Sends are signalled only now and then (see
+ * sock_post_write); a signalled send's wr_id packs what it and the
+ * unsignalled sends before it hold: SQ slots (high half) and sbuf bytes
+ * (low half).  Unsignalled sends carry 0, so flushed ones free nothing.
+ */
 #define SOCK_WR_RECV		(1ull << 63)
+#define SOCK_WR_SLOTS(id)	((uint32_t)((id) >> 32))
+#define SOCK_WR_BYTES(id)	((uint32_t)(id))
 #define SOCK_POLL_BATCH		32
 
 static inline uint32_t rs_imm(uint32_t op, uint32_t value)
@@ -30,27 +37,52 @@ static inline uint32_t rs_imm(uint32_t op, uint32_t value)
 
 /* --- posting (plock held) --- */
 
+/*
+ * Signal a send when a quarter of the SQ or of the send ring went out
+ * unsignalled since the last signalled one: whatever the sender waits
+ * for, most of it is covered by a signalled send still to complete, so
+ * waiting for SQ slots or ring space always ends.  Control messages are
+ * always signalled: close drains on them and keepalive probes on verbs
+ * are acknowledged by their completion.
+ */
+static inline bool sock_want_signal(struct ferry_sock *s, bool force)
+{
+	return force || s->unsignaled >= s->sq_size / 4 ||
+	       s->unsignaled_bytes >= s->sbuf_size / 4;
+}
+
 static int sock_post_write(struct ferry_sock *s, struct ferry_sge *sge, int nsge,
 			   unsigned int flags, uint64_t raddr, uint32_t rkey,
-			   uint32_t imm, uint64_t wr_id)
+			   uint32_t imm, uint32_t sbuf_bytes, bool force_signal)
 {
 	struct ferry_send_wr wr = {
-		.wr_id = wr_id,
 		.sg_list = sge,
 		.num_sge = nsge,
 		.opcode = FERRY_WR_RDMA_WRITE_WITH_IMM,
-		.send_flags = flags | FERRY_SEND_SIGNALED,
+		.send_flags = flags,
 		.imm_data = imm,
 	};
 	struct ferry_send_wr *bad;
+	bool signal;
 
+	s->unsignaled++;
+	s->unsignaled_bytes += sbuf_bytes;
+	signal = sock_want_signal(s, force_signal);
+	if (signal) {
+		wr.send_flags |= FERRY_SEND_SIGNALED;
+		wr.wr_id = (uint64_t)s->unsignaled << 32 | s->unsignaled_bytes;
+	}
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
 	if (ferry_post_send(s->qp, &wr, &bad) < 0) {
 		ferry_info("sock %d: post_send: %m", s->fd);
+		s->unsignaled--;
+		s->unsignaled_bytes -= sbuf_bytes;
 		atomic_fetch_or(&s->closed, SOCK_RESET);
 		return -1;
 	}
+	if (signal)
+		s->unsignaled = s->unsignaled_bytes = 0;
 	s->sseq_no++;
 	atomic_fetch_sub(&s->sqe_avail, 1);
 	return 0;
@@ -79,7 +111,7 @@ int sock_send_ctrl(struct ferry_sock *s, uint32_t ctrl)
 			return ERR(ENOBUFS);
 	}
 	ret = sock_post_write(s, NULL, 0, 0, s->remote_sgl.addr, s->remote_sgl.key,
-			      rs_imm(RS_OP_CTRL, ctrl), 0);
+			      rs_imm(RS_OP_CTRL, ctrl), 0, true);
 	pthread_mutex_unlock(&s->plock);
 	return ret;
 }
@@ -123,13 +155,13 @@ void sock_give_credits(struct ferry_sock *s, bool force)
 		g.lkey = 0;
 		if (sock_post_write(s, &g, 1, FERRY_SEND_INLINE,
 				    s->remote_sgl.addr + (uint64_t)s->remote_idx * sizeof(sge),
-				    s->remote_sgl.key, rs_imm(RS_OP_SGL, limit), 0) == 0) {
+				    s->remote_sgl.key, rs_imm(RS_OP_SGL, limit), 0, false) == 0) {
 			s->remote_idx = (s->remote_idx + 1) % (int)s->remote_sgl.length;
 			s->r_published += half;
 			s->rseq_comp = limit;
 		}
 	} else if (sock_post_write(s, NULL, 0, 0, s->remote_sgl.addr, s->remote_sgl.key,
-				   rs_imm(RS_OP_SGL, limit), 0) == 0) {
+				   rs_imm(RS_OP_SGL, limit), 0, force) == 0) {
 		s->rseq_comp = limit;
 	}
 	pthread_mutex_unlock(&s->plock);
@@ -223,8 +255,8 @@ int sock_progress(struct ferry_sock *s)
 					sock_wc_failed(s, &wc[i]);
 				else if (s->verbs_transport)
 					s->ka_probe_acked = true;
-				atomic_fetch_add(&s->sqe_avail, 1);
-				atomic_fetch_add(&s->sbuf_free, (uint32_t)wc[i].wr_id);
+				atomic_fetch_add(&s->sqe_avail, (int)SOCK_WR_SLOTS(wc[i].wr_id));
+				atomic_fetch_add(&s->sbuf_free, SOCK_WR_BYTES(wc[i].wr_id));
 			}
 		}
 		total += n > 0 ? n : 0;
@@ -318,7 +350,7 @@ static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iove
 	uint8_t small[256];
 	struct ferry_sge sge[2];
 	unsigned int flags = 0;
-	uint64_t wr_bytes = 0;
+	uint32_t wr_bytes = 0;
 	int nsge = 1, ret;
 
 	if (len <= s->inline_size && len <= sizeof(small)) {
@@ -353,7 +385,7 @@ static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iove
 		s->target_idx = (s->target_idx + 1) % RS_SGL_SIZE;
 	pthread_mutex_lock(&s->plock);
 	ret = sock_post_write(s, sge, nsge, flags, raddr, rkey, rs_imm(RS_OP_DATA, len),
-			      wr_bytes);
+			      wr_bytes, false);
 	pthread_mutex_unlock(&s->plock);
 	return ret;
 }
@@ -414,8 +446,9 @@ bool sock_drain_sends(struct ferry_sock *s, int timeout_ms)
 {
 	uint64_t deadline = sock_now_ns() + (uint64_t)timeout_ms * 1000000u;
 
+	/* A peer that sent DISCONNECT reads nothing more: nothing to wait for. */
 	while (atomic_load(&s->sqe_avail) < (int)s->sq_size &&
-	       !(atomic_load(&s->closed) & SOCK_RESET)) {
+	       !(atomic_load(&s->closed) & (SOCK_RESET | SOCK_PEER_GONE))) {
 		if (sock_progress(s))
 			continue;
 		if (sock_now_ns() >= deadline)
