@@ -139,6 +139,7 @@ struct cm_id_priv {
 	const struct cm_transport *tp;	/* chosen by resolve / request */
 	void *tp_data[CM_TP_MAX];	/* per transport, by cm_transports[] index */
 	bool bound;			/* ferry_bind_addr reserved src_addr */
+	bool src_given;			/* src_addr is ferry_resolve_addr's, not derived */
 	struct cm_qp_param peer;	/* request ids: what the client asked */
 	unsigned int events_out;	/* reported and not acked (cm_event_lock) */
 	pthread_cond_t acked;		/* events_out dropped (cm_event_lock) */

@@ -266,7 +266,8 @@ static void cm_resolve_source(struct cm_id_priv *id, const struct sockaddr *src,
 	struct sockaddr_storage *ss = &id->id.route.addr.src_addr;
 	uint16_t port = id->bound ? cm_addr_port((struct sockaddr *)ss) : 0;
 
-	if (!id->bound && src && !cm_addr_is_wildcard(src))
+	id->src_given = !id->bound && src && !cm_addr_is_wildcard(src);
+	if (id->src_given)
 		memcpy(ss, src, cm_addr_len(src));
 	else if (!id->bound || cm_addr_is_wildcard((struct sockaddr *)ss))
 		cm_addr_source_for(dst, ss);

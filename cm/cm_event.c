@@ -123,7 +123,10 @@ static void cm_event_set_state(struct cm_id_priv *id, enum ferry_cm_event_type t
 		id->state = CM_ADDR_RESOLVED;
 		break;
 	case FERRY_CM_EVENT_ADDR_ERROR:
-		id->state = CM_IDLE;
+		/* as rdma_cm: a device is known only once an address resolved */
+		id->state = id->bound ? CM_ADDR_BOUND : CM_IDLE;
+		if (!id->bound)
+			id->id.verbs = NULL;
 		break;
 	case FERRY_CM_EVENT_ROUTE_RESOLVED:
 		id->state = CM_ROUTE_RESOLVED;

@@ -20,7 +20,19 @@
  *                                       INIT->RTR->RTS, rdma_accept
  *   CONNECT_RESPONSE  <---------------
  *   RTR->RTS, rdma_establish
- *   ESTABLISHED                         ESTABLISHED (reported at accept)
+ *   ESTABLISHED  -------- RTU ------->  (rdma_cm's ESTABLISHED)
+ *
+ * The server reports ESTABLISHED at accept, before the IB CM is
+ * established (the RTU may still be on its way).  Until then the IB CM
+ * can send no DREQ: a ferry_disconnect in that window is kept and done
+ * when rdma_cm's ESTABLISHED arrives.  A REJECTED that reaches an id the
+ * user saw established (the client died before its RTU) is DISCONNECTED.
+ *
+ * Statuses.  rdma_cm reports negative errno values, and in REJECTED the
+ * IB CM's reject reason; ferry's events carry positive errno values
+ * (vcm_status).  A destination rdma_cm refuses at once (no RDMA device
+ * routes to it) is an ADDR_ERROR event, as on every transport, not a
+ * failed call.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -37,18 +49,46 @@
 /* How long reaches() lets rdma_cm look for a route to a destination. */
 #define VCM_REACH_TIMEOUT_MS 500
 
+/* Reject reasons of the IB CM (IBA table 112) that ferry translates. */
+#define VCM_REJ_INVALID_SERVICE_ID	8	/* nothing listens on that port */
+
 /* Per-id state. */
 struct vcm_id {
 	struct cm_id_priv *id;
 	struct rdma_cm_id *rid;
+	bool passive;			/* made for an incoming request */
+	bool established;		/* the IB CM is: DREQs can be sent */
+	bool disconnect_pending;	/* ferry_disconnect came before that */
 };
 
-/* The process's rdma_cm event channel and its libevent event. */
+/*
+ * The process's rdma_cm event channel and its libevent event.  A child of
+ * fork() inherits the parent's channel, whose ids and events are the
+ * parent's and whose event lives in the parent's loop: the child closes
+ * its copy of the descriptor (else the parent's ids would outlive the
+ * parent while the child runs) and makes its own channel on first use.
+ */
 static struct {
 	pthread_mutex_t lock;
 	struct rdma_event_channel *ch;
 	struct event *ev;
-} vcm = { PTHREAD_MUTEX_INITIALIZER, NULL, NULL };
+	struct rdma_event_channel *inherited;	/* the parent's, in a child */
+} vcm = { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, NULL };
+static pthread_once_t vcm_once = PTHREAD_ONCE_INIT;
+
+static void vcm_atfork_child(void)
+{
+	pthread_mutex_init(&vcm.lock, NULL);
+	if (vcm.ch)
+		vcm.inherited = vcm.ch;
+	vcm.ch = NULL;
+	vcm.ev = NULL;
+}
+
+static void vcm_init_once(void)
+{
+	pthread_atfork(NULL, NULL, vcm_atfork_child);
+}
 
 static struct vcm_id *vcm_state(struct cm_id_priv *id)
 {
@@ -62,7 +102,12 @@ static struct rdma_event_channel *vcm_channel(void)
 {
 	struct rdma_event_channel *ch;
 
+	pthread_once(&vcm_once, vcm_init_once);
 	pthread_mutex_lock(&vcm.lock);
+	if (vcm.inherited) {
+		rdma_destroy_event_channel(vcm.inherited);
+		vcm.inherited = NULL;
+	}
 	if (!vcm.ch) {
 		ch = rdma_create_event_channel();
 		if (!ch) {
@@ -103,6 +148,7 @@ static struct vcm_id *vcm_state_new(struct cm_id_priv *id, struct rdma_cm_id *ri
 	st->id = id;
 	if (rid) {
 		st->rid = rid;
+		st->passive = true;
 		rid->context = st;
 	} else {
 		ch = vcm_channel();
@@ -139,8 +185,18 @@ static int vcm_qp_modify(struct vcm_id *st, enum ibv_qp_state state, uint8_t rd_
 
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = state;
-	if (verbs_ret_errno(rdma_init_qp_attr(st->rid, &attr, &mask)))
+	if (verbs_ret_errno(rdma_init_qp_attr(st->rid, &attr, &mask))) {
+		/*
+		 * A request the IB CM dropped: its client went away (rdma_cm
+		 * reports nothing for a request not yet accepted; "the accept
+		 * will just fail later", says the kernel's ucma).
+		 */
+		if (st->passive && !st->established && errno == EINVAL) {
+			ferry_info("cm: the client of this request went away");
+			return ERR(ECONNRESET);
+		}
 		return -1;
+	}
 	if (state == IBV_QPS_INIT)
 		attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 				       IBV_ACCESS_REMOTE_ATOMIC;
@@ -161,7 +217,38 @@ static int vcm_qp_init(struct cm_id_priv *id)
 
 	if (!st || !verbs_is_context(id->id.qp->context))
 		return ERR(EINVAL);
-	return vcm_qp_modify(st, IBV_QPS_INIT, 0);
+	if (vcm_qp_modify(st, IBV_QPS_INIT, 0) == 0)
+		return 0;
+	/* The QP is still good for nothing but a failing accept: as on shm. */
+	return errno == ECONNRESET ? cm_qp_to_init_default(id) : -1;
+}
+
+/* --- statuses --- */
+
+/* Does this errno of rdma_resolve_addr/route mean "no way there"? */
+static bool vcm_unreachable_errno(int err)
+{
+	return err == ENODEV || err == EADDRNOTAVAIL || err == ENETUNREACH ||
+	       err == EHOSTUNREACH || err == EAFNOSUPPORT;
+}
+
+/*
+ * The status of a ferry event for an rdma_cm event's: REJECTED keeps the
+ * consumer's reason (FERRY_CM_REJ_CONSUMER_DEFINED) and is ECONNREFUSED
+ * when nothing listens, as on shm; an address nobody answers for (ARP
+ * timed out, no route, no device) is ADDR_ERROR with EHOSTUNREACH, as on
+ * every transport; other errno values just become positive.
+ */
+static int vcm_status(enum rdma_cm_event_type type, int status)
+{
+	int err = status < 0 ? -status : status;
+
+	if (type == RDMA_CM_EVENT_REJECTED && status == VCM_REJ_INVALID_SERVICE_ID)
+		return ECONNREFUSED;
+	if (type == RDMA_CM_EVENT_ADDR_ERROR &&
+	    (vcm_unreachable_errno(err) || err == ETIMEDOUT || err == ENODATA))
+		return EHOSTUNREACH;
+	return err;
 }
 
 /* --- resolution --- */
@@ -205,25 +292,49 @@ static int vcm_listen(struct cm_id_priv *id, int backlog)
 	return verbs_ret_errno(rdma_listen(st->rid, backlog));
 }
 
+/*
+ * The source: the caller's, else rdma_cm's choice (a bound rdma_cm id has
+ * its own already).  The core's derived default, the destination itself,
+ * is an address of this host only for shm.  ADDR_RESOLVED stores the
+ * source rdma_cm settled on.
+ */
 static int vcm_resolve_addr(struct cm_id_priv *id, int timeout_ms)
 {
 	struct vcm_id *st = vcm_state_new(id, NULL);
 	struct sockaddr *src = (struct sockaddr *)&id->id.route.addr.src_addr;
+	char buf[INET6_ADDRSTRLEN];
+	int err;
 
 	if (!st)
 		return -1;
-	return verbs_ret_errno(rdma_resolve_addr(st->rid,
-			src->sa_family ? src : NULL,
-			(struct sockaddr *)&id->id.route.addr.dst_addr, timeout_ms));
+	if (rdma_resolve_addr(st->rid, id->src_given ? src : NULL,
+			      (struct sockaddr *)&id->id.route.addr.dst_addr, timeout_ms) == 0)
+		return 0;
+	err = errno ? errno : EIO;
+	if (!vcm_unreachable_errno(err))
+		return ERR(err);
+	ferry_info("cm: no RDMA device routes to %s: %s",
+		   cm_addr_ntop((struct sockaddr *)&id->id.route.addr.dst_addr, buf, sizeof(buf)),
+		   strerror(err));
+	cm_event_report(id, NULL, FERRY_CM_EVENT_ADDR_ERROR, EHOSTUNREACH, NULL);
+	return 0;
 }
 
 static int vcm_resolve_route(struct cm_id_priv *id, int timeout_ms)
 {
 	struct vcm_id *st = vcm_state(id);
+	int err;
 
 	if (!st)
 		return ERR(EINVAL);
-	return verbs_ret_errno(rdma_resolve_route(st->rid, timeout_ms));
+	if (rdma_resolve_route(st->rid, timeout_ms) == 0)
+		return 0;
+	err = errno ? errno : EIO;
+	if (!vcm_unreachable_errno(err))
+		return ERR(err);
+	ferry_info("cm: rdma_resolve_route: %s", strerror(err));
+	cm_event_report(id, NULL, FERRY_CM_EVENT_ROUTE_ERROR, EHOSTUNREACH, NULL);
+	return 0;
 }
 
 /* --- connecting --- */
@@ -305,6 +416,10 @@ static int vcm_disconnect(struct cm_id_priv *id)
 
 	if (!st)
 		return ERR(EINVAL);
+	if (!st->established) {
+		st->disconnect_pending = true;	/* done at rdma_cm's ESTABLISHED */
+		return 0;
+	}
 	return verbs_ret_errno(rdma_disconnect(st->rid));
 }
 
@@ -343,11 +458,14 @@ static void vcm_on_response(struct vcm_id *st, const struct ferry_conn_param *pa
 
 	if (vcm_qp_modify(st, IBV_QPS_RTR, 0) || vcm_qp_modify(st, IBV_QPS_RTS, 0) ||
 	    verbs_ret_errno(rdma_establish(st->rid))) {
+		int err = errno;
+
 		ferry_info("cm: completing an RDMA connection: %m");
 		rdma_reject(st->rid, NULL, 0);
-		cm_event_report(id, NULL, FERRY_CM_EVENT_CONNECT_ERROR, -errno, NULL);
+		cm_event_report(id, NULL, FERRY_CM_EVENT_CONNECT_ERROR, err, NULL);
 		return;
 	}
+	st->established = true;
 	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, param);
 }
 
@@ -358,8 +476,13 @@ static void vcm_dispatch(struct vcm_id *st, struct rdma_cm_id *rid,
 {
 	struct cm_id_priv *id = st->id;
 
+	status = vcm_status(type, status);
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		memcpy(&id->id.route.addr.src_addr, rdma_get_local_addr(rid),
+		       cm_addr_len(rdma_get_local_addr(rid)));
+		cm_event_report(id, NULL, FERRY_CM_EVENT_ADDR_RESOLVED, 0, NULL);
+		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
@@ -368,7 +491,17 @@ static void vcm_dispatch(struct vcm_id *st, struct rdma_cm_id *rid,
 		cm_event_report(id, NULL, (enum ferry_cm_event_type)type, status, NULL);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
-		cm_event_report(id, NULL, FERRY_CM_EVENT_REJECTED, status, param);
+		/*
+		 * On a request not yet established the client gave up (its
+		 * process died, or it destroyed its id): as on shm, that is
+		 * CONNECT_ERROR with ECONNRESET, and ferry_accept fails.
+		 */
+		if (id->state == CM_CONNECT_REQ || id->state == CM_ACCEPTING)
+			cm_event_report(id, NULL, FERRY_CM_EVENT_CONNECT_ERROR, ECONNRESET, NULL);
+		else if (id->state == CM_ESTABLISHED)
+			cm_id_disconnected(id);
+		else if (id->state != CM_DISCONNECT)
+			cm_event_report(id, NULL, FERRY_CM_EVENT_REJECTED, status, param);
 		break;
 	case RDMA_CM_EVENT_CONNECT_REQUEST:
 		vcm_on_request(st, rid, param);
@@ -377,7 +510,11 @@ static void vcm_dispatch(struct vcm_id *st, struct rdma_cm_id *rid,
 		vcm_on_response(st, param);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
-		break;	/* the server reported it at accept */
+		/* the server reported it at accept; now the IB CM can disconnect */
+		st->established = true;
+		if (st->disconnect_pending && rdma_disconnect(rid))
+			ferry_info("cm: a delayed rdma_disconnect: %m");
+		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 		if (id->state == CM_ESTABLISHED)
 			cm_id_disconnected(id);
