@@ -1,5 +1,6 @@
 /*
- * check_cm.c - the connection manager's API on the shm transport: event
+ * check_cm.c - the connection manager's API on its transport (shm, or the
+ * one FERRY_TRANSPORT forces, at the address cmt_addr gives): event
  * channels, connecting over IPv4 and IPv6 with private data both ways and
  * data flowing over the QPs the CM connected, reject, refusal where nothing
  * listens, argument limits, binds, disconnects, synchronous ids, address
@@ -70,7 +71,7 @@ END_TEST
 
 /* --- connecting --- */
 
-/* Connect over @family's loopback, check events, addresses, data. */
+/* Connect over @family's test address, check events, addresses, data. */
 static void cm_connect_family(int family)
 {
 	struct cmt_end l, c, s;
@@ -81,13 +82,12 @@ static void cm_connect_family(int family)
 
 	ck_assert_int_eq(cmt_listen(&l, family, &port), 0);
 	ck_assert_uint_ne(port, 0);
-	cmt_loopback(&dst, family, port);
+	cmt_addr(&dst, family, port);
 	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, cm_hello, sizeof(cm_hello)), 0);
 
 	/* The request carries the client's private data and addresses. */
 	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
-	ck_assert_int_eq(ev->param.conn.private_data_len, sizeof(cm_hello));
-	ck_assert_str_eq(ev->param.conn.private_data, cm_hello);
+	ck_assert(cmt_pdata_is(&ev->param.conn, cm_hello, sizeof(cm_hello)));
 	ck_assert_int_eq(ev->param.conn.rnr_retry_count, 7);
 	memset(&s, 0, sizeof(s));
 	s.id = ev->id;
@@ -112,8 +112,9 @@ static void cm_connect_family(int family)
 	}
 	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
 	ck_assert_int_eq(cmt_wait(c.ch, FERRY_CM_EVENT_ESTABLISHED, &ev), 0);
-	ck_assert_int_eq(ev->param.conn.private_data_len, sizeof(remote));
+	ck_assert_int_ge(ev->param.conn.private_data_len, sizeof(remote));
 	memcpy(&remote, ev->param.conn.private_data, sizeof(remote));
+	ck_assert(cmt_pdata_is(&ev->param.conn, &remote, sizeof(remote)));
 	ferry_ack_cm_event(ev);
 
 	ck_assert_int_eq(tu_qp_state(c.id->qp), FERRY_QPS_RTS);
@@ -160,7 +161,7 @@ START_TEST(test_wildcard_listeners)
 		ck_assert_int_eq(ferry_bind_addr(l.id, (struct sockaddr *)&any), 0);
 		ck_assert_int_eq(ferry_listen(l.id, 4), 0);
 		port = ferry_get_src_port(l.id);
-		cmt_loopback(&dst, AF_INET, port);	/* IPv4 both times */
+		cmt_addr(&dst, AF_INET, port);	/* IPv4 both times */
 		ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
 		ck_assert_int_eq(cmt_accept(&l, &s), 0);
 		ck_assert_int_eq(cmt_wait(c.ch, FERRY_CM_EVENT_ESTABLISHED, &ev), 0);
@@ -184,17 +185,16 @@ START_TEST(test_reject_private_data)
 	uint16_t port;
 
 	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
-	cmt_loopback(&dst, AF_INET, port);
+	cmt_addr(&dst, AF_INET, port);
 	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
 	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
 	req = ev->id;
-	ck_assert_int_eq(ev->param.conn.private_data_len, 0);
+	ck_assert(cmt_pdata_is(&ev->param.conn, NULL, 0));
 	ferry_ack_cm_event(ev);
 	ck_assert_int_eq(ferry_reject(req, why, sizeof(why)), 0);
 	ck_assert_int_eq(cmt_wait(c.ch, FERRY_CM_EVENT_REJECTED, &ev), 0);
 	ck_assert_int_eq(ev->status, FERRY_CM_REJ_CONSUMER_DEFINED);
-	ck_assert_int_eq(ev->param.conn.private_data_len, sizeof(why));
-	ck_assert_str_eq(ev->param.conn.private_data, why);
+	ck_assert(cmt_pdata_is(&ev->param.conn, why, sizeof(why)));
 	ferry_ack_cm_event(ev);
 	ck_assert_int_eq(ferry_destroy_id(req), 0);
 	cmt_close(&c);
@@ -212,7 +212,7 @@ START_TEST(test_no_listener_refused)
 	/* A port that was free a moment ago: nothing listens there now. */
 	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
 	cmt_close(&l);
-	cmt_loopback(&dst, AF_INET, port);
+	cmt_addr(&dst, AF_INET, port);
 	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
 	ck_assert_int_eq(cmt_wait(c.ch, FERRY_CM_EVENT_REJECTED, &ev), 0);
 	ck_assert_int_eq(ev->status, ECONNREFUSED);
@@ -232,7 +232,7 @@ START_TEST(test_private_data_limits)
 	uint16_t port;
 
 	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
-	cmt_loopback(&dst, AF_INET, port);
+	cmt_addr(&dst, AF_INET, port);
 	memset(&c, 0, sizeof(c));
 	c.ch = ferry_create_event_channel();
 	ck_assert_int_eq(ferry_create_id(c.ch, &c.id, NULL, FERRY_PS_TCP), 0);
@@ -279,7 +279,7 @@ START_TEST(test_bind_addrinuse_and_port0)
 	struct ferry_cm_id *id1, *id2, *id3;
 	uint16_t port;
 
-	cmt_loopback(&a, AF_INET6, 0);
+	cmt_addr(&a, AF_INET6, 0);
 	ck_assert_int_eq(ferry_create_id(NULL, &id1, NULL, FERRY_PS_TCP), 0);
 	ck_assert_int_eq(ferry_create_id(NULL, &id2, NULL, FERRY_PS_TCP), 0);
 	ck_assert_int_eq(ferry_create_id(NULL, &id3, NULL, FERRY_PS_TCP), 0);
@@ -287,11 +287,11 @@ START_TEST(test_bind_addrinuse_and_port0)
 	port = ferry_get_src_port(id1);
 	ck_assert_uint_ge(port, 32768);
 	ck_assert_int_eq(ferry_listen(id1, 1), 0);
-	cmt_loopback(&a, AF_INET6, port);
+	cmt_addr(&a, AF_INET6, port);
 	ck_assert_int_eq(ferry_bind_addr(id2, (struct sockaddr *)&a), -1);
 	ck_assert_int_eq(errno, EADDRINUSE);
 	/* The same port on another address is another name. */
-	cmt_loopback(&a, AF_INET, port);
+	cmt_addr(&a, AF_INET, port);
 	ck_assert_int_eq(ferry_bind_addr(id2, (struct sockaddr *)&a), 0);
 	ck_assert_int_eq(ferry_bind_addr(id2, (struct sockaddr *)&a), -1);	/* bound */
 	ck_assert_int_eq(errno, EINVAL);
@@ -303,21 +303,21 @@ START_TEST(test_bind_addrinuse_and_port0)
 	ck_assert_int_eq(errno, EADDRNOTAVAIL);
 	ck_assert_int_eq(ferry_destroy_id(id1), 0);
 	/* Free again once its holder is gone. */
-	cmt_loopback(&a, AF_INET6, port);
+	cmt_addr(&a, AF_INET6, port);
 	ck_assert_int_eq(ferry_bind_addr(id3, (struct sockaddr *)&a), 0);
 	ck_assert_int_eq(ferry_destroy_id(id2), 0);
 	ck_assert_int_eq(ferry_destroy_id(id3), 0);
 }
 END_TEST
 
-/* Established pair @l/@c/@s on IPv4 loopback. */
+/* Established pair @l/@c/@s on the IPv4 test address. */
 static void cm_pair(struct cmt_end *l, struct cmt_end *c, struct cmt_end *s)
 {
 	struct sockaddr_storage dst;
 	uint16_t port;
 
 	ck_assert_int_eq(cmt_listen(l, AF_INET, &port), 0);
-	cmt_loopback(&dst, AF_INET, port);
+	cmt_addr(&dst, AF_INET, port);
 	ck_assert_int_eq(cmt_connect(c, (struct sockaddr *)&dst, NULL, 0), 0);
 	ck_assert_int_eq(cmt_accept(l, s), 0);
 	ck_assert_int_eq(cmt_wait_ack(c->ch, FERRY_CM_EVENT_ESTABLISHED), 0);
@@ -371,8 +371,11 @@ static void *cm_sync_server_main(void *arg)
 	srv->result = -1;
 	if (ferry_get_request(srv->listen, &srv->conn) < 0)
 		return NULL;
-	if (srv->conn->event->param.conn.private_data_len != sizeof(cm_hello) ||
-	    cmt_create_qp(srv->conn) < 0 || ferry_accept(srv->conn, &p) < 0)
+	if (!cmt_pdata_is(&srv->conn->event->param.conn, cm_hello, sizeof(cm_hello))) {
+		ferry_reject(srv->conn, NULL, 0);	/* fail the client now, not at its timeout */
+		return NULL;
+	}
+	if (cmt_create_qp(srv->conn) < 0 || ferry_accept(srv->conn, &p) < 0)
 		return NULL;
 	srv->result = 0;
 	return NULL;
@@ -388,12 +391,12 @@ START_TEST(test_sync_ids)
 	struct ferry_cm_id *cid;
 	pthread_t thr;
 
-	cmt_loopback(&a, AF_INET, 0);
+	cmt_addr(&a, AF_INET, 0);
 	ck_assert_int_eq(ferry_create_id(NULL, &srv.listen, NULL, FERRY_PS_TCP), 0);
 	ck_assert_ptr_null(srv.listen->channel);
 	ck_assert_int_eq(ferry_bind_addr(srv.listen, (struct sockaddr *)&a), 0);
 	ck_assert_int_eq(ferry_listen(srv.listen, 4), 0);
-	cmt_loopback(&a, AF_INET, ferry_get_src_port(srv.listen));
+	cmt_addr(&a, AF_INET, ferry_get_src_port(srv.listen));
 	ck_assert_int_eq(pthread_create(&thr, NULL, cm_sync_server_main, &srv), 0);
 
 	ck_assert_int_eq(ferry_create_id(NULL, &cid, NULL, FERRY_PS_TCP), 0);
@@ -425,9 +428,9 @@ START_TEST(test_sync_refused)
 	struct ferry_cm_id *cid, *tmp;
 
 	ck_assert_int_eq(ferry_create_id(NULL, &tmp, NULL, FERRY_PS_TCP), 0);
-	cmt_loopback(&a, AF_INET, 0);
+	cmt_addr(&a, AF_INET, 0);
 	ck_assert_int_eq(ferry_bind_addr(tmp, (struct sockaddr *)&a), 0);
-	cmt_loopback(&a, AF_INET, ferry_get_src_port(tmp));
+	cmt_addr(&a, AF_INET, ferry_get_src_port(tmp));
 	ck_assert_int_eq(ferry_destroy_id(tmp), 0);
 
 	ck_assert_int_eq(ferry_create_id(NULL, &cid, NULL, FERRY_PS_TCP), 0);
@@ -499,7 +502,7 @@ START_TEST(test_destroy_waits_for_ack)
 	struct cm_destroyer d = { 0 };
 	pthread_t thr;
 
-	cmt_loopback(&a, AF_INET, 5);
+	cmt_addr(&a, AF_INET, 5);
 	ck_assert_int_eq(ferry_create_id(ch, &d.id, NULL, FERRY_PS_TCP), 0);
 	ck_assert_int_eq(ferry_resolve_addr(d.id, NULL, (struct sockaddr *)&a, 100), 0);
 	ck_assert_int_eq(cmt_wait(ch, FERRY_CM_EVENT_ADDR_RESOLVED, &ev), 0);

@@ -21,8 +21,10 @@
 	return -1; \
 	} while (0)
 
-void cmt_loopback(struct sockaddr_storage *ss, int family, uint16_t port)
+void cmt_addr(struct sockaddr_storage *ss, int family, uint16_t port)
 {
+	const char *name = getenv(family == AF_INET ? "FERRY_TEST_ADDR" : "FERRY_TEST_ADDR6");
+
 	memset(ss, 0, sizeof(*ss));
 	if (family == AF_INET) {
 		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
@@ -30,12 +32,20 @@ void cmt_loopback(struct sockaddr_storage *ss, int family, uint16_t port)
 		sin->sin_family = AF_INET;
 		sin->sin_port = htons(port);
 		sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		if (name && *name && inet_pton(AF_INET, name, &sin->sin_addr) != 1) {
+			fprintf(stderr, "cmtest: FERRY_TEST_ADDR=%s is no IPv4 address\n", name);
+			abort();
+		}
 	} else {
 		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
 
 		sin6->sin6_family = AF_INET6;
 		sin6->sin6_port = htons(port);
 		sin6->sin6_addr = in6addr_loopback;
+		if (name && *name && inet_pton(AF_INET6, name, &sin6->sin6_addr) != 1) {
+			fprintf(stderr, "cmtest: FERRY_TEST_ADDR6=%s is no IPv6 address\n", name);
+			abort();
+		}
 	}
 }
 
@@ -63,6 +73,17 @@ int cmt_wait(struct ferry_event_channel *ch, enum ferry_cm_event_type want,
 	return 0;
 }
 
+bool cmt_pdata_is(const struct ferry_conn_param *p, const void *data, size_t len)
+{
+	const uint8_t *got = p->private_data;
+
+	if (p->private_data_len < len || (tu_on_shm() && p->private_data_len != len))
+		return false;
+	if (len && memcmp(got, data, len) != 0)
+		return false;
+	return tu_all_bytes(got + len, p->private_data_len - len, 0);
+}
+
 int cmt_wait_ack(struct ferry_event_channel *ch, enum ferry_cm_event_type want)
 {
 	struct ferry_cm_event *ev;
@@ -77,7 +98,7 @@ int cmt_listen(struct cmt_end *l, int family, uint16_t *port_p)
 	struct sockaddr_storage ss;
 
 	memset(l, 0, sizeof(*l));
-	cmt_loopback(&ss, family, 0);
+	cmt_addr(&ss, family, 0);
 	l->ch = ferry_create_event_channel();
 	if (!l->ch)
 		CMT_FAIL("ferry_create_event_channel: %s", strerror(errno));

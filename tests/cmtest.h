@@ -1,6 +1,6 @@
 /*
  * cmtest.h - helpers of the CM suites (check_cm.c, check_cm_robust.c):
- * loopback addresses, bounded event waits (through poll() on the
+ * the test addresses, bounded event waits (through poll() on the
  * channel's fd), listeners, clients and servers in the usual sequence,
  * a registered buffer on an id's PD, and fd counting.
  *
@@ -35,14 +35,27 @@ struct cmt_remote {
 
 #define CMT_MAGIC 0xfe77e123u
 
-/* 127.0.0.1 or ::1 with @port. */
-void cmt_loopback(struct sockaddr_storage *ss, int family, uint16_t port);
+/*
+ * cmt_addr - the address of this host the CM suites use, with @port:
+ * 127.0.0.1 or ::1, unless FERRY_TEST_ADDR (IPv4) or FERRY_TEST_ADDR6
+ * (IPv6) names another.  rdma_cm cannot route loopback through an RDMA
+ * device, so runs on verbs (tests/rxe/check-rxe.sh) set them to the
+ * addresses of the Soft-RoCE interface.
+ */
+void cmt_addr(struct sockaddr_storage *ss, int family, uint16_t port);
 /*
  * cmt_wait - wait (poll on ch->fd, bounded) for the next event; 0 if it is
  * @want (then *ev_p holds it, unacked), else -1 (the event is acked).
  */
 int cmt_wait(struct ferry_event_channel *ch, enum ferry_cm_event_type want,
 	     struct ferry_cm_event **ev_p);
+/*
+ * cmt_pdata_is - are @p's private data @len bytes equal to @data?  On
+ * shm exactly.  rdma_cm over IB and RoCE delivers the whole fixed-size
+ * field of the CM message ("may be larger than that requested",
+ * rdma_connect(3)): on verbs longer is right when the rest is zero.
+ */
+bool cmt_pdata_is(const struct ferry_conn_param *p, const void *data, size_t len);
 /* Wait for @want and ack it. */
 int cmt_wait_ack(struct ferry_event_channel *ch, enum ferry_cm_event_type want);
 /* A listener with its own channel on the loopback of @family, port 0. */

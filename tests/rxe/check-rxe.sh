@@ -5,8 +5,10 @@
 #   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm interop; default all)
 #
 # unit:    the provider-generic Check suites with FERRY_TRANSPORT=verbs;
-# cm:      the CM suites with FERRY_TRANSPORT=verbs (when built);
-# interop: ferry-ping against rdma-core's rping, both directions (when built).
+# cm:      the CM suites with FERRY_TRANSPORT=verbs (when built), at the
+#          VM's own addresses: rdma_cm cannot route loopback over rxe;
+# interop: ferry-ping against rdma-core's rping, both directions, -V
+#          (tests/rxe/interop-rping.sh).
 # Prints one line per check and a closing "N passed, N failed, N skipped".
 # Exit status 0 when nothing failed, 1 otherwise, 77 when not in an RDMA VM.
 set -u
@@ -25,6 +27,14 @@ if ! ibv_devices 2>/dev/null | grep -q rxe; then
 fi
 ip=$(ip -4 -o addr show dev eth0 2>/dev/null | sed -n 's/.* inet \([0-9.]*\).*/\1/p' | head -n 1)
 ip=${ip:-10.0.2.15}
+# An IPv6 address on the same netdev gives rxe0 a RoCE v2 GID for the CM's
+# IPv6 tests (the link-local one would need a scope id).
+ip6=${FERRY_TEST_ADDR6:-fd00:fe77::15}
+ip -6 addr add "$ip6/64" dev eth0 nodad 2>/dev/null
+export FERRY_TEST_ADDR=${FERRY_TEST_ADDR:-$ip} FERRY_TEST_ADDR6=$ip6
+# The CM's unreachable destination is TEST-NET-1 (192.0.2.1): the VM's
+# default route would hand it to rdma_cm as reachable through the gateway.
+ip route add unreachable 192.0.2.0/24 2>/dev/null
 
 # Software emulation is slow: give Check's per-test timeouts room.
 export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-4}
@@ -61,30 +71,15 @@ stage_cm() {
 	done
 }
 
-# ferry-ping and rping, one as server and the other as client.
-interop_pair() {
-	server=$1 client=$2 port=$3
-	slog=/tmp/check-rxe-srv-$port.log
-	$server -s -a "$ip" -p "$port" -C 10 -S 64 -V > "$slog" 2>&1 &
-	spid=$!
-	sleep 3
-	if timeout 120 $client -c -a "$ip" -p "$port" -C 10 -S 64 -V > /tmp/check-rxe-cli-$port.log 2>&1 &&
-	   wait "$spid"; then
-		pass "interop: server '$server', client '$client'"
-	else
-		fail "interop: server '$server', client '$client'"
-		tail -n 5 "$slog" /tmp/check-rxe-cli-$port.log
-		kill "$spid" 2>/dev/null
-	fi
-}
-
+# ferry-ping and rping, each as server of the other, -V (interop-rping.sh).
 stage_interop() {
-	if [ ! -x tools/ferry-ping ]; then
-		skip "interop: tools/ferry-ping not built"
-		return
-	fi
-	interop_pair "rping" "tools/ferry-ping" 7471
-	interop_pair "tools/ferry-ping" "rping" 7472
+	log=/tmp/check-rxe-interop.log
+	RXE_ADDR=$ip timeout 600 tests/rxe/interop-rping.sh > "$log" 2>&1
+	case $? in
+	0) pass "interop: $(tail -n 1 "$log")" ;;
+	77) skip "interop: $(tail -n 1 "$log")" ;;
+	*) fail "interop: ferry-ping <-> rping"; tail -n 30 "$log" ;;
+	esac
 }
 
 stages=${*:-unit cm interop}
