@@ -251,6 +251,16 @@ static void perf_ratio_print(const struct perf_ratio *q)
 	       q->at_most ? "<=" : ">=", q->target, met ? "met" : "MISSED");
 }
 
+/* A ferry-shm stream row of @test: busy if measured, else blocking. */
+static const struct perf_result *perf_stream_find(enum perf_test test, size_t size)
+{
+	const struct perf_result *r;
+
+	r = perf_report_find(test, PERF_OP_STREAM, PERF_TR_FERRY, PERF_MODE_BUSY, size);
+	return r ? r : perf_report_find(test, PERF_OP_STREAM, PERF_TR_FERRY,
+					PERF_MODE_BLOCK, size);
+}
+
 /* The stream targets of issue 4: ferry-shm sockets beside TCP sockets. */
 static int perf_stream_ratios(struct perf_ratio *q)
 {
@@ -262,16 +272,13 @@ static int perf_stream_ratios(struct perf_ratio *q)
 	block = perf_report_find(lat, PERF_OP_STREAM, PERF_TR_FERRY, PERF_MODE_BLOCK, 64);
 	tcp_busy = perf_report_find(lat, PERF_OP_STREAM, PERF_TR_TCP, PERF_MODE_BUSY, 64);
 	tcp_block = perf_report_find(lat, PERF_OP_STREAM, PERF_TR_TCP, PERF_MODE_BLOCK, 64);
-	bw = perf_report_find(PERF_TEST_BW, PERF_OP_STREAM, PERF_TR_FERRY,
-			      PERF_MODE_BUSY, 65536);
+	bw = perf_stream_find(PERF_TEST_BW, 65536);
 	tcp_bw = perf_report_find(PERF_TEST_BW, PERF_OP_STREAM, PERF_TR_TCP,
 				  PERF_MODE_BLOCK, 65536);
-	rate = perf_report_find(PERF_TEST_RATE, PERF_OP_STREAM, PERF_TR_FERRY,
-				PERF_MODE_BUSY, 64);
+	rate = perf_stream_find(PERF_TEST_RATE, 64);
 	tcp_rate = perf_report_find(PERF_TEST_RATE, PERF_OP_STREAM, PERF_TR_TCP,
 				    PERF_MODE_BLOCK, 64);
-	conn = perf_report_find(PERF_TEST_CONNECT, PERF_OP_STREAM, PERF_TR_FERRY,
-				PERF_MODE_BUSY, 1);
+	conn = perf_stream_find(PERF_TEST_CONNECT, 1);
 	tcp_conn = perf_report_find(PERF_TEST_CONNECT, PERF_OP_STREAM, PERF_TR_TCP,
 				    PERF_MODE_BLOCK, 1);
 
@@ -301,7 +308,8 @@ void perf_report_ratios(void)
 	const struct perf_result *ferry_busy, *ferry_block, *bare, *tcp;
 	const struct perf_result *ferry_bw, *copy_bw;
 	struct perf_ratio ratios[10];
-	size_t i, n = 4;
+	size_t i, n = 4, groups[3];
+	bool any;
 
 	ferry_busy = perf_report_find(PERF_TEST_LAT, PERF_OP_WRITE_IMM,
 				      PERF_TR_FERRY, PERF_MODE_BUSY, 64);
@@ -329,10 +337,20 @@ void perf_report_ratios(void)
 		"ferry write_imm 64 B --block rtt / tcp 64 B rtt",
 		ferry_block, tcp, PERF_METRIC_RTT, true, 1.0 };
 	n += (size_t)perf_stream_ratios(ratios + n);
+	groups[0] = 0;			/* verbs-style operations */
+	groups[1] = 4;			/* stream sockets */
+	groups[2] = n;
 
 	if (!report.json)
 		printf("\nratios (this run; p50 for latency):\n");
-	for (i = 0; i < n; i++)
-		perf_ratio_print(&ratios[i]);
+	/* a group none of whose rows ran stays silent */
+	for (i = 0; i < n; i++) {
+		size_t g = i < groups[1] ? 0 : 1, j;
+
+		for (any = false, j = groups[g]; j < groups[g + 1]; j++)
+			any |= ratios[j].num && ratios[j].den;
+		if (any)
+			perf_ratio_print(&ratios[i]);
+	}
 	fflush(stdout);
 }
