@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,7 +91,7 @@ static void ts_connect_finish(int c)
 }
 
 /* A connected pair in this process: *a the client, *b the accepted end. */
-static void ts_pair_opts(int *a, int *b, int rcvbuf)
+static void ts_pair_opts(int *a, int *b, int rcvbuf, int iomap)
 {
 	uint16_t port;
 	int l = ts_listen(&port), c;
@@ -100,6 +101,12 @@ static void ts_pair_opts(int *a, int *b, int rcvbuf)
 						       sizeof(rcvbuf)), 0);
 	c = ferry_socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
 	ck_assert_int_ge(c, 0);
+	if (iomap) {
+		ck_assert_int_eq(ferry_sock_setsockopt(l, SOL_FERRY, FERRY_IOMAPSIZE, &iomap,
+						       sizeof(iomap)), 0);
+		ck_assert_int_eq(ferry_sock_setsockopt(c, SOL_FERRY, FERRY_IOMAPSIZE, &iomap,
+						       sizeof(iomap)), 0);
+	}
 	if (rcvbuf)
 		ck_assert_int_eq(ferry_sock_setsockopt(c, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
 						       sizeof(rcvbuf)), 0);
@@ -121,7 +128,7 @@ static void ts_pair_opts(int *a, int *b, int rcvbuf)
 
 static void ts_pair(int *a, int *b)
 {
-	ts_pair_opts(a, b, 0);
+	ts_pair_opts(a, b, 0, 0);
 }
 
 static void ts_fill(uint8_t *buf, size_t len, uint32_t seed)
@@ -593,7 +600,7 @@ START_TEST(test_rcvbuf_sizes_ring)
 	socklen_t vl = sizeof(v);
 	ssize_t n;
 
-	ts_pair_opts(&a, &b, 16 * 1024);
+	ts_pair_opts(&a, &b, 16 * 1024, 0);
 	ck_assert_int_eq(ferry_sock_getsockopt(b, SOL_SOCKET, SO_RCVBUF, &v, &vl), 0);
 	ck_assert_int_eq(v, 16 * 1024);
 	ts_fill(out, len, 5);
@@ -806,6 +813,145 @@ START_TEST(test_integrity_stream)
 }
 END_TEST
 
+/* --- direct placement (iomap) --- */
+
+/* Send one byte from @from and take it at @to: everything before has landed. */
+static void ts_sync(int from, int to, char c)
+{
+	char got = 0;
+
+	ck_assert_int_eq(ferry_sock_send(from, &c, 1, 0), 1);
+	ts_read_all(to, &got, 1);
+	ck_assert_int_eq(got, c);
+}
+
+START_TEST(test_iomap_places_in_order)
+{
+	static uint8_t target[8192], big[100000];
+	uint8_t src[6000], stream[16];
+	int a, b, n = 4, i;
+	socklen_t len = sizeof(n);
+	off_t off;
+
+	ts_pair_opts(&a, &b, 0, 2);
+	ck_assert_int_eq(ferry_sock_getsockopt(b, SOL_FERRY, FERRY_IOMAPSIZE, &n, &len), 0);
+	ck_assert_int_eq(n, 2);
+	memset(target, 0, sizeof(target));
+	/* b maps target at offset 4096 for a to write into. */
+	off = ferry_sock_iomap(b, target, sizeof(target), PROT_WRITE, 0, 4096);
+	ck_assert_int_eq(off, 4096);
+	ts_sync(b, a, 'm');
+	/* Small (inline) and large (ring) writes land at the offset asked,
+	 * before the stream bytes sent after them. */
+	ck_assert_uint_eq(ferry_sock_iowrite(a, "hello", 5, 4096 + 100, 0), 5);
+	ts_fill(src, sizeof(src), 7);
+	ck_assert_uint_eq(ferry_sock_iowrite(a, src, sizeof(src), 4096 + 2000, 0), sizeof(src));
+	ck_assert_int_eq(ferry_sock_send(a, "after", 5, 0), 5);
+	ts_read_all(b, stream, 5);
+	ck_assert_int_eq(memcmp(stream, "after", 5), 0);
+	ck_assert_int_eq(memcmp(target + 100, "hello", 5), 0);
+	ck_assert_int_eq(memcmp(target + 2000, src, sizeof(src)), 0);
+	for (i = 0; i < 100; i++)
+		ck_assert_uint_eq(target[i], 0);
+	ck_assert_uint_eq(target[105], 0);
+	ck_assert_uint_eq(target[1999], 0);
+	ck_assert_uint_eq(target[8000], 0);
+
+	/* Interleaved with the stream, many times: the stream never overtakes. */
+	for (i = 0; i < 200; i++) {
+		uint32_t v = (uint32_t)i, got;
+
+		ck_assert_uint_eq(ferry_sock_iowrite(a, &v, sizeof(v), 4096, 0), sizeof(v));
+		ck_assert_int_eq(ferry_sock_send(a, &v, sizeof(v), 0), (ssize_t)sizeof(v));
+		ts_read_all(b, &got, sizeof(got));
+		ck_assert_uint_eq(got, v);
+		memcpy(&got, target, sizeof(got));
+		ck_assert_uint_eq(got, v);
+	}
+
+	/* A write larger than one transfer and than the send ring. */
+	off = ferry_sock_iomap(b, big, sizeof(big), PROT_WRITE, 0, -1);
+	ck_assert_int_eq(off, (off_t)(uintptr_t)big);
+	ts_sync(b, a, 'n');
+	{
+		static uint8_t bsrc[100000];
+
+		ts_fill(bsrc, sizeof(bsrc), 9);
+		ck_assert_uint_eq(ferry_sock_iowrite(a, bsrc, sizeof(bsrc), off, 0), sizeof(bsrc));
+		ts_sync(a, b, 'o');
+		ck_assert_int_eq(memcmp(big, bsrc, sizeof(bsrc)), 0);
+	}
+	ck_assert_int_eq(ferry_sock_close(a), 0);
+	ck_assert_int_eq(ferry_sock_close(b), 0);
+}
+END_TEST
+
+START_TEST(test_iomap_errors)
+{
+	static uint8_t target[4096], other[64];
+	int a, b, c, d;
+
+	ts_pair_opts(&a, &b, 0, 1);
+	/* Arguments. */
+	ck_assert_int_eq(ferry_sock_iomap(b, NULL, 10, PROT_WRITE, 0, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ferry_sock_iomap(b, target, 0, PROT_WRITE, 0, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ferry_sock_iomap(b, target, 10, PROT_READ, 0, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ferry_sock_iomap(b, target, 10, PROT_WRITE, 0, -5), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ferry_sock_iounmap(b, other, sizeof(other)), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* Nothing mapped yet: every offset is bad. */
+	ck_assert_uint_eq(ferry_sock_iowrite(a, "x", 1, 0, 0), (size_t)-1);
+	ck_assert_int_eq(errno, EINVAL);
+
+	ck_assert_int_eq(ferry_sock_iomap(b, target, sizeof(target), PROT_WRITE, 0, 0), 0);
+	/* a offered one slot: b has no second one. */
+	ck_assert_int_eq(ferry_sock_iomap(b, other, sizeof(other), PROT_WRITE, 0, 8192), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	/* Local-only registration needs no slot. */
+	ck_assert_int_eq(ferry_sock_iomap(b, other, sizeof(other), PROT_NONE, 0, 8192), 8192);
+	ts_sync(b, a, 'm');
+	/* Past the end, straddling it, beyond everything. */
+	ck_assert_uint_eq(ferry_sock_iowrite(a, "abcdef", 6, 4093, 0), (size_t)-1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(ferry_sock_iowrite(a, "x", 1, 4096, 0), (size_t)-1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(ferry_sock_iowrite(a, "x", 1, 1 << 30, 0), (size_t)-1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(ferry_sock_iowrite(a, "x", 1, -1, 0), (size_t)-1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* The last byte is fine; the connection survived the refusals. */
+	ck_assert_uint_eq(ferry_sock_iowrite(a, "z", 1, 4095, 0), 1);
+	ts_sync(a, b, 'p');
+	ck_assert_uint_eq(target[4095], 'z');
+
+	/* Unmapped: the peer learns it in order with the stream. */
+	ck_assert_int_eq(ferry_sock_iounmap(b, target, sizeof(target)), 0);
+	ck_assert_int_eq(ferry_sock_iounmap(b, other, sizeof(other)), 0);
+	ts_sync(b, a, 'u');
+	ck_assert_uint_eq(ferry_sock_iowrite(a, "z", 1, 0, 0), (size_t)-1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* The slot is free again. */
+	ck_assert_int_eq(ferry_sock_iomap(b, target, 16, PROT_WRITE, 0, 0), 0);
+	ts_sync(b, a, 'r');
+	ck_assert_uint_eq(ferry_sock_iowrite(a, "q", 1, 15, 0), 1);
+	ts_sync(a, b, 's');
+	ck_assert_uint_eq(target[15], 'q');
+	ck_assert_int_eq(ferry_sock_close(a), 0);
+	ck_assert_int_eq(ferry_sock_close(b), 0);
+
+	/* No iomap offered (the default): ENOMEM, as rsocket. */
+	ts_pair(&c, &d);
+	ck_assert_int_eq(ferry_sock_iomap(d, target, sizeof(target), PROT_WRITE, 0, 0), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_eq(ferry_sock_close(c), 0);
+	ck_assert_int_eq(ferry_sock_close(d), 0);
+}
+END_TEST
+
 Suite *sock_suite(void)
 {
 	Suite *s = suite_create("sock");
@@ -824,6 +970,8 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_fionread);
 	tcase_add_test(tc, test_rcvbuf_sizes_ring);
 	tcase_add_test(tc, test_poll_select_mixed);
+	tcase_add_test(tc, test_iomap_places_in_order);
+	tcase_add_test(tc, test_iomap_errors);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("ends");

@@ -76,6 +76,28 @@ struct rs_sge {
 	uint32_t length;
 };
 
+/*
+ * One entry of a target iomap (rsocket's struct rs_iomap): the peer's
+ * buffer at @offset of its iomap space.  The target iomap follows the
+ * target SGL in the memory the connect data names, one entry per slot the
+ * receiver offered; the sender writes an entry, then sends an IOMAP_SGL
+ * immediate carrying its index.  A zero-length entry unmaps the slot.
+ */
+struct rs_iomap {
+	uint64_t offset;
+	struct rs_sge sge;
+};
+
+/* A buffer this side mapped with ferry_sock_iomap (slock). */
+struct sock_iomap {
+	uint8_t *buf;
+	size_t len;
+	uint64_t offset;
+	struct ferry_mr *mr;
+	int index;			/* slot of the peer's target iomap; -1: local only */
+	struct sock_iomap *next;
+};
+
 /* --- defaults (rsocket's) and limits --- */
 
 #define SOCK_DEF_BUF_SIZE	(128u * 1024)
@@ -87,6 +109,13 @@ struct rs_sge {
 #define SOCK_DEF_INLINE		64
 #define SOCK_DEF_POLL_US	10
 #define SOCK_CM_TIMEOUT_MS	5000
+/*
+ * Iomap entries offered at most: up to 128 the 8-bit target_iomap_size of
+ * the connect data holds the value itself, whatever scaling a peer applies
+ * to larger ones.
+ */
+#define SOCK_MAX_IOMAP		128
+#define SOCK_SMALL_MAX		256	/* inline payload staged on the stack */
 
 /* --- the socket --- */
 
@@ -154,6 +183,13 @@ struct ferry_sock {
 	/* Send ring: local memory the writes come from. */
 	uint8_t *sbuf;
 	struct ferry_mr *smr;
+
+	/* Direct placement (sock_iomap.c). */
+	uint32_t target_iomap_size;	/* slots offered to the peer (FERRY_IOMAPSIZE) */
+	struct rs_iomap *target_iomap;	/* those slots, after target_sgl; peer-written */
+	struct rs_iomap *peer_iomap;	/* checked copies taken on IOMAP_SGL (cqlock) */
+	struct rs_sge remote_iomap;	/* the peer's slots (addr, key, entries) */
+	struct sock_iomap *iomaps;	/* our mapped buffers (slock) */
 
 	/* Peer. */
 	struct rs_sge remote_sgl;	/* the peer's target SGL (addr, key, entries) */
@@ -231,8 +267,24 @@ void sock_give_credits(struct ferry_sock *s, bool force);
 int sock_post_initial_recvs(struct ferry_sock *s);
 uint64_t sock_readable_bytes(struct ferry_sock *s);
 bool sock_writable(struct ferry_sock *s);
+/* Post one write (plock held); only WRITE_WITH_IMM takes a credit. */
+int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge *sge,
+		 int nsge, unsigned int flags, uint64_t raddr, uint32_t rkey, uint32_t imm,
+		 uint32_t sbuf_bytes, bool force_signal);
+uint32_t sock_stage(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
+		    size_t *off_p, uint8_t small[SOCK_SMALL_MAX], struct ferry_sge sge[2],
+		    int *nsge_p, unsigned int *flags_p);
+uint16_t sock_credits(struct ferry_sock *s);
+int sock_send_error(struct ferry_sock *s);
 /* Wait until all sent data has completed (linger); false on timeout. */
 bool sock_drain_sends(struct ferry_sock *s, int timeout_ms);
+
+/* --- sock_iomap.c --- */
+/* Bytes of the rbuf block after the ring: target SGL and target iomap. */
+size_t sock_iomap_tail_size(uint32_t entries);
+/* An IOMAP_SGL immediate for slot @index arrived (cqlock held). */
+void sock_iomap_take(struct ferry_sock *s, uint32_t index);
+void sock_iomap_free_all(struct ferry_sock *s);
 
 /* --- sock_wait.c --- */
 uint64_t sock_now_ns(void);

@@ -111,8 +111,10 @@ static void sock_conn_data_build(struct ferry_sock *s, uint8_t pd[RS_PRIVATE_DAT
 	memset(pd, 0, RS_PRIVATE_DATA_LEN);
 	pd[0] = RS_VERSION;
 	pd[1] = __BYTE_ORDER == __BIG_ENDIAN ? RS_CONN_FLAG_NET : 0;
+	if (s->target_iomap_size)
+		pd[1] |= RS_CONN_FLAG_IOMAP;
 	memcpy(pd + 2, &credits, 2);
-	pd[7] = 0;	/* no iomap */
+	pd[7] = (uint8_t)s->target_iomap_size;	/* <= SOCK_MAX_IOMAP: unscaled */
 	rs_put_sge(pd + 8, (uintptr_t)s->target_sgl, s->rmr->rkey, RS_SGL_SIZE);
 	rs_put_sge(pd + 24, (uintptr_t)s->rbuf, s->rmr->rkey, s->rbuf_size / 2);
 }
@@ -137,6 +139,14 @@ static int sock_conn_data_take(struct ferry_sock *s, const void *data, uint8_t l
 		return ERR(EPROTO);
 	}
 	s->peer_swap = !!(pd[1] & RS_CONN_FLAG_NET) != (__BYTE_ORDER == __BIG_ENDIAN);
+	memset(&s->remote_iomap, 0, sizeof(s->remote_iomap));
+	if ((pd[1] & RS_CONN_FLAG_IOMAP) && pd[7]) {
+		/* Larger sizes are scaled; using no more than 128 slots is safe. */
+		s->remote_iomap.addr = s->remote_sgl.addr +
+				       (uint64_t)s->remote_sgl.length * sizeof(struct rs_sge);
+		s->remote_iomap.key = s->remote_sgl.key;
+		s->remote_iomap.length = pd[7] <= SOCK_MAX_IOMAP ? pd[7] : SOCK_MAX_IOMAP;
+	}
 	atomic_store(&s->sseq_comp, credits);
 	s->sseq_no = 0;
 	s->target_sgl[0] = buf;
@@ -182,12 +192,19 @@ static int sock_conn_resources(struct ferry_sock *s)
 
 	s->rbuf_size = pow2_at_least(s->rbuf_size);
 	s->sbuf_size = pow2_at_least(s->sbuf_size);
-	/* Ring and target SGL in one block; untouched pages stay unallocated. */
-	rlen = s->rbuf_size + 4096;
+	/* Ring, target SGL and target iomap in one block; untouched pages
+	 * stay unallocated. */
+	rlen = s->rbuf_size + sock_iomap_tail_size(s->target_iomap_size);
 	s->rbuf = ferry_alloc(rlen);
 	if (!s->rbuf)
 		return -1;
 	s->target_sgl = (struct rs_sge *)(s->rbuf + s->rbuf_size);
+	s->target_iomap = (struct rs_iomap *)(s->target_sgl + RS_SGL_SIZE);
+	if (s->target_iomap_size) {
+		s->peer_iomap = calloc(s->target_iomap_size, sizeof(*s->peer_iomap));
+		if (!s->peer_iomap)
+			return -1;
+	}
 	s->rmr = ferry_reg_mr(s->pd, s->rbuf, rlen,
 			      FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE);
 	if (!s->rmr)
@@ -256,6 +273,7 @@ void sock_conn_teardown(struct ferry_sock *s)
 		ferry_destroy_comp_channel(s->cch);
 		s->cch = NULL;
 	}
+	sock_iomap_free_all(s);
 	if (s->smr)
 		ferry_dereg_mr(s->smr);
 	if (s->rmr)
@@ -435,6 +453,7 @@ static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
 	s->sq_size = l->sq_size;
 	s->rq_size = l->rq_size;
 	s->inline_size = l->inline_size;
+	s->target_iomap_size = l->target_iomap_size;
 	s->keepalive = l->keepalive;
 	s->keepidle = l->keepidle;
 	s->keepintvl = l->keepintvl;

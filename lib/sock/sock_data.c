@@ -51,14 +51,14 @@ static inline bool sock_want_signal(struct ferry_sock *s, bool force)
 	       s->unsignaled_bytes >= s->sbuf_size / 4;
 }
 
-static int sock_post_write(struct ferry_sock *s, struct ferry_sge *sge, int nsge,
-			   unsigned int flags, uint64_t raddr, uint32_t rkey,
-			   uint32_t imm, uint32_t sbuf_bytes, bool force_signal)
+int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge *sge,
+		 int nsge, unsigned int flags, uint64_t raddr, uint32_t rkey, uint32_t imm,
+		 uint32_t sbuf_bytes, bool force_signal)
 {
 	struct ferry_send_wr wr = {
 		.sg_list = sge,
 		.num_sge = nsge,
-		.opcode = FERRY_WR_RDMA_WRITE_WITH_IMM,
+		.opcode = op,
 		.send_flags = flags,
 		.imm_data = imm,
 	};
@@ -83,12 +83,21 @@ static int sock_post_write(struct ferry_sock *s, struct ferry_sge *sge, int nsge
 	}
 	if (signal)
 		s->unsignaled = s->unsignaled_bytes = 0;
-	s->sseq_no++;
+	if (op == FERRY_WR_RDMA_WRITE_WITH_IMM)
+		s->sseq_no++;	/* a plain write takes no receive credit */
 	atomic_fetch_sub(&s->sqe_avail, 1);
 	return 0;
 }
 
-static inline uint16_t sock_credits(struct ferry_sock *s)
+static inline int sock_post_write(struct ferry_sock *s, struct ferry_sge *sge, int nsge,
+				  unsigned int flags, uint64_t raddr, uint32_t rkey,
+				  uint32_t imm, uint32_t sbuf_bytes, bool force_signal)
+{
+	return sock_post_wr(s, FERRY_WR_RDMA_WRITE_WITH_IMM, sge, nsge, flags, raddr, rkey,
+			    imm, sbuf_bytes, force_signal);
+}
+
+uint16_t sock_credits(struct ferry_sock *s)
 {
 	return (uint16_t)(atomic_load_explicit(&s->sseq_comp, memory_order_acquire) -
 			  s->sseq_no);
@@ -224,8 +233,11 @@ static void sock_recv_msg(struct ferry_sock *s, uint32_t imm, bool *answer)
 		else if (value == RS_CTRL_KEEPALIVE)
 			*answer = true;
 		break;
+	case RS_OP_IOMAP_SGL:
+		sock_iomap_take(s, value);
+		break;
 	default:
-		break;	/* iomap updates: no iomap is offered */
+		break;
 	}
 }
 
@@ -305,7 +317,7 @@ static bool sock_send_ready(struct ferry_sock *s)
 }
 
 /* The errno a send gets on a connection that cannot carry it, or 0. */
-static int sock_send_error(struct ferry_sock *s)
+int sock_send_error(struct ferry_sock *s)
 {
 	unsigned int closed = atomic_load(&s->closed);
 
@@ -340,23 +352,24 @@ static void sock_gather(uint8_t *dst, size_t len, const struct iovec **iov_p, si
 	}
 }
 
-/* Write @len bytes from the cursor into the current target buffer; slock held. */
-static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
-			   size_t *off_p)
+/*
+ * sock_stage - gather @len bytes from the cursor into what a write is sent
+ * from: @small, sent inline, when they fit the inline threshold, else the
+ * send ring.  Fills @sge, *@nsge_p and *@flags_p; returns the ring bytes
+ * used (freed by the write's completion).  slock held, @len <= sbuf_free.
+ */
+uint32_t sock_stage(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
+		    size_t *off_p, uint8_t small[SOCK_SMALL_MAX], struct ferry_sge sge[2],
+		    int *nsge_p, unsigned int *flags_p)
 {
-	volatile struct rs_sge *t = &s->target_sgl[s->target_idx];
-	uint64_t raddr = t->addr;
-	uint32_t rkey = t->key;
-	uint8_t small[256];
-	struct ferry_sge sge[2];
-	unsigned int flags = 0;
 	uint32_t wr_bytes = 0;
-	int nsge = 1, ret;
 
-	if (len <= s->inline_size && len <= sizeof(small)) {
+	*nsge_p = 1;
+	*flags_p = 0;
+	if (len <= s->inline_size && len <= SOCK_SMALL_MAX) {
 		sock_gather(small, len, iov_p, off_p);
 		sge[0] = (struct ferry_sge){ (uintptr_t)small, len, 0 };
-		flags = FERRY_SEND_INLINE;
+		*flags_p = FERRY_SEND_INLINE;
 	} else {
 		uint32_t head = s->sbuf_head, first = s->sbuf_size - head;
 
@@ -368,12 +381,29 @@ static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iove
 			sock_gather(s->sbuf, len - first, iov_p, off_p);
 			sge[1] = (struct ferry_sge){ (uintptr_t)s->sbuf, len - first,
 						     s->smr->lkey };
-			nsge = 2;
+			*nsge_p = 2;
 		}
 		s->sbuf_head = (head + len) & (s->sbuf_size - 1);
 		atomic_fetch_sub(&s->sbuf_free, len);
 		wr_bytes = len;
 	}
+	return wr_bytes;
+}
+
+/* Write @len bytes from the cursor into the current target buffer; slock held. */
+static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
+			   size_t *off_p)
+{
+	volatile struct rs_sge *t = &s->target_sgl[s->target_idx];
+	uint64_t raddr = t->addr;
+	uint32_t rkey = t->key;
+	uint8_t small[SOCK_SMALL_MAX];
+	struct ferry_sge sge[2];
+	unsigned int flags;
+	uint32_t wr_bytes;
+	int nsge, ret;
+
+	wr_bytes = sock_stage(s, len, iov_p, off_p, small, sge, &nsge, &flags);
 	/*
 	 * Consume the target entry before the write: once the data lands,
 	 * the peer may read it, free the buffer and publish the next one

@@ -163,7 +163,8 @@ static int sock_set_ferry(struct ferry_sock *s, int name, const void *optval, so
 		s->inline_size = clamp_u32(v, sizeof(struct rs_sge), 256);
 		return 0;
 	case FERRY_IOMAPSIZE:
-		return v == 0 ? 0 : ERR(EOPNOTSUPP);
+		s->target_iomap_size = clamp_u32(v, 0, SOCK_MAX_IOMAP);
+		return 0;
 	}
 	return ERR(ENOPROTOOPT);
 }
@@ -257,7 +258,7 @@ static int sock_get_other(struct ferry_sock *s, int level, int name, void *optva
 	case FERRY_INLINE:
 		return opt_put_int(optval, optlen, (int)s->inline_size);
 	case FERRY_IOMAPSIZE:
-		return opt_put_int(optval, optlen, 0);
+		return opt_put_int(optval, optlen, (int)s->target_iomap_size);
 	case FERRY_TRANSPORT_OPT: {
 		const char *tp = s->ctx ? ferry_get_device_transport(s->ctx->device) : "";
 		size_t n = strlen(tp) + 1;
