@@ -416,6 +416,10 @@ int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 		errno = e;
 		goto err_free;
 	}
+	/* The peer has mapped the region: its fd is no longer needed (an RC
+	 * QP connects once), and an idle connection should hold few fds. */
+	close(qp->region_fd);
+	qp->region_fd = -1;
 	/* shm_poll_recv reads qp->conn under the recv CQ's lock alone. */
 	ferry_lock(&to_scq(qp->qp.recv_cq)->lock);
 	ferry_lock(&qp->rq_lock);

@@ -229,7 +229,8 @@ static void shm_qp_reset(struct shm_qp *qp)
 	}
 	if (qp->region) {
 		munmap(qp->region, qp->region_size);
-		close(qp->region_fd);
+		if (qp->region_fd >= 0)
+			close(qp->region_fd);
 		qp->region = NULL;
 		qp->region_fd = -1;
 	}
