@@ -11,10 +11,12 @@
 #          (tests/rxe/interop-rping.sh).
 # Prints one line per check and a closing "N passed, N failed, N skipped".
 # Exit status 0 when nothing failed, 1 otherwise, 77 when not in an RDMA VM.
+# Run it from the build tree (make check-rxe does): the programs are there
+# when the build is out of the source tree; else it goes to the source tree.
 set -u
 
-top=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$top" || exit 2
+srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+[ -x tests/check_ferry ] || [ -x tools/ferry-ping ] || cd "$srcdir" || exit 2
 
 passed=0 failed=0 skipped=0
 pass() { passed=$((passed + 1)); echo "PASS: $*"; }
@@ -63,7 +65,7 @@ stage_unit() {
 stage_cm() {
 	for s in $CM_SUITES; do
 		if ./tests/check_ferry_list_suites 2>/dev/null | grep -qx "$s" ||
-		   grep -q "${s}_suite" tests/check_suites.h 2>/dev/null; then
+		   grep -q "${s}_suite" "$srcdir/tests/check_suites.h" 2>/dev/null; then
 			run_suite "$s"
 		else
 			skip "suite $s: not built"
@@ -74,7 +76,7 @@ stage_cm() {
 # ferry-ping and rping, each as server of the other, -V (interop-rping.sh).
 stage_interop() {
 	log=/tmp/check-rxe-interop.log
-	RXE_ADDR=$ip timeout 600 tests/rxe/interop-rping.sh > "$log" 2>&1
+	RXE_ADDR=$ip timeout 600 "$srcdir/tests/rxe/interop-rping.sh" > "$log" 2>&1
 	case $? in
 	0) pass "interop: $(tail -n 1 "$log")" ;;
 	77) skip "interop: $(tail -n 1 "$log")" ;;
