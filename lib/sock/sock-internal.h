@@ -18,6 +18,19 @@
  * resolution decides.  Its number is a real kernel fd: lowest-free rule, no
  * collisions.
  *
+ * File descriptors of one shm connection (client 11, accepted end 10):
+ * the socket's epoll fd; its own CM event channel (clients only: accepted
+ * sockets share the listener's); the completion channel (an epoll fd and
+ * the CQ's eventfd) and the CQ's notify memfd; the receive ring's
+ * ferry_alloc memfd and the MR's dup of it; the AF_UNIX connection twice
+ * (the CM's and the provider's dup); the eventfds of the peer's CQ and of
+ * the peer's monitor (the same monitor eventfd once per connection).  A
+ * process's hard limit of 20000 fds therefore holds about 1,800 idle
+ * connections, not 10,000: that needs the completion channel shared per
+ * process (with per-socket wake-up rather than one epoll per socket), the
+ * memfds closed once mapped and exchanged, and the peer eventfds kept once
+ * per peer process -- changes in prov/shm and cm/ beyond lib/sock.
+ *
  * Locks (always taken in this order, each one optional):
  *   slock  - one sender at a time: the send ring, the current target SGE;
  *   rlock  - one receiver at a time: consuming the receive ring;
