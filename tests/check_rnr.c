@@ -8,11 +8,14 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <check.h>
 
 #include "check_suites.h"
 #include "testutil.h"
+#include "prov/shm-internal.h"
 
 static struct tu_end a, b;
 
@@ -194,6 +197,63 @@ START_TEST(test_rnr_forever_ordered)
 }
 END_TEST
 
+struct exchange_job {
+	struct ferry_qp *qp;
+	int sock;
+	int rc;
+	uint32_t peer_qpn;
+};
+
+static void *exchange_thread(void *arg)
+{
+	struct exchange_job *j = arg;
+
+	j->rc = ferry_qp_exchange(j->qp, j->sock, &j->peer_qpn);
+	return NULL;
+}
+
+/*
+ * Receives posted in INIT are in the region before the peer sees the region:
+ * a peer whose exchange has returned must find them at once (it used to
+ * find none, and waited out an RNR timer of 655 ms at min_rnr_timer 0).
+ */
+START_TEST(test_init_receives_visible_when_exchange_returns)
+{
+	struct tu_opts o = { 0 };
+	struct tu_end x = { 0 }, y = { 0 };
+	struct exchange_job jx, jy;
+	const struct shm_region *seen;
+	uint64_t posted;
+	pthread_t t;
+	int sv[2];
+
+	if (!tu_on_shm())
+		return;		/* a fact about the shm provider's exchange */
+	tu_end_open(&x, &o);
+	tu_end_open(&y, &o);
+	ck_assert_int_eq(tu_qp_to_init(x.qp, TU_QP_ACCESS_ALL), 0);
+	ck_assert_int_eq(tu_qp_to_init(y.qp, TU_QP_ACCESS_ALL), 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(tu_post_recv1(y.qp, (uint64_t)i, y.buf, 64, y.mr->lkey), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	jx = (struct exchange_job){ .qp = x.qp, .sock = sv[0] };
+	jy = (struct exchange_job){ .qp = y.qp, .sock = sv[1] };
+	ck_assert_int_eq(pthread_create(&t, NULL, exchange_thread, &jy), 0);
+	exchange_thread(&jx);
+	ck_assert_int_eq(jx.rc, 0);
+	/* Before y's exchange is known to have finished: */
+	seen = to_sqp(x.qp)->conn->peer_region->addr;
+	posted = atomic_load(&seen->rq_prod);
+	ck_assert_uint_eq(posted, 3);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(jy.rc, 0);
+	close(sv[0]);
+	close(sv[1]);
+	tu_end_close(&x);
+	tu_end_close(&y);
+}
+END_TEST
+
 Suite *rnr_suite(void)
 {
 	Suite *s = suite_create("rnr");
@@ -214,6 +274,11 @@ Suite *rnr_suite(void)
 	tcase_add_test(tc, test_rnr_forever_send);
 	tcase_add_test(tc, test_rnr_forever_write_imm);
 	tcase_add_test(tc, test_rnr_forever_ordered);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("exchange");
+	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
+	tcase_add_test(tc, test_init_receives_visible_when_exchange_returns);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -292,6 +292,12 @@ static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 
 	if (shm_region_create(qp, conn->peer_rq_size) < 0)
 		return -1;
+	/* Receives posted in INIT must be in the region before the peer can
+	 * see it: a peer that starts sending the moment its exchange ends
+	 * would otherwise find none and wait out an RNR timer. */
+	ferry_lock(&qp->rq_lock);
+	shm_rq_publish(qp);
+	ferry_unlock(&qp->rq_lock);
 	shm_conn_announce_existing(qp, conn);
 	m.value = qp->region_size;
 	if (shm_msg_send(conn->sock, &m, &qp->region_fd, 1) < 0)
@@ -424,7 +430,6 @@ int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 	ferry_lock(&to_scq(qp->qp.recv_cq)->lock);
 	ferry_lock(&qp->rq_lock);
 	qp->conn = conn;
-	shm_rq_publish(qp);	/* receives posted in INIT become visible */
 	ferry_unlock(&qp->rq_lock);
 	ferry_unlock(&to_scq(qp->qp.recv_cq)->lock);
 	ferry_unlock(&qp->sq_lock);

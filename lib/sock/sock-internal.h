@@ -183,7 +183,7 @@ struct ferry_sock {
 
 	/* Verbs resources. */
 	struct ferry_context *ctx;
-	struct ferry_pd *pd;		/* per context, shared */
+	struct ferry_pd *pd;		/* the socket's own (see sock_conn_resources) */
 	struct ferry_comp_channel *cch;
 	struct ferry_cq *cq;		/* send and receive completions */
 	struct ferry_qp *qp;

@@ -21,33 +21,6 @@
 
 #include "sock-internal.h"
 
-/* --- per-context PD, shared by every socket of the process --- */
-
-static pthread_mutex_t pd_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { struct ferry_context *ctx; struct ferry_pd *pd; } pd_cache[8];
-
-static struct ferry_pd *sock_pd_get(struct ferry_context *ctx)
-{
-	struct ferry_pd *pd = NULL;
-	size_t i;
-
-	pthread_mutex_lock(&pd_lock);
-	for (i = 0; i < FERRY_ARRAY_SIZE(pd_cache) && pd_cache[i].ctx; i++)
-		if (pd_cache[i].ctx == ctx)
-			pd = pd_cache[i].pd;
-	if (!pd && i < FERRY_ARRAY_SIZE(pd_cache)) {
-		pd = ferry_alloc_pd(ctx);
-		if (pd) {
-			pd_cache[i].ctx = ctx;
-			pd_cache[i].pd = pd;
-		}
-	}
-	pthread_mutex_unlock(&pd_lock);
-	if (!pd && !errno)
-		errno = ENOMEM;
-	return pd;
-}
-
 /* --- CM channels --- */
 
 struct sock_chan *sock_chan_new(void)
@@ -177,7 +150,12 @@ static int sock_conn_resources(struct ferry_sock *s)
 	s->ctx = s->id->verbs;
 	tp = s->ctx ? ferry_get_device_transport(s->ctx->device) : NULL;
 	s->verbs_transport = tp && strcmp(tp, "verbs") == 0;
-	s->pd = sock_pd_get(s->ctx);
+	/*
+	 * A PD of its own: on shm, a PD's remote-access memory is announced to
+	 * every peer connected through that PD, so one PD shared by all
+	 * sockets made every new ring travel to every existing connection.
+	 */
+	s->pd = ferry_alloc_pd(s->ctx);
 	if (!s->pd)
 		return -1;
 	s->cch = ferry_create_comp_channel(s->ctx);
@@ -284,6 +262,9 @@ void sock_conn_teardown(struct ferry_sock *s)
 	if (s->rbuf)
 		ferry_free(s->rbuf);
 	s->sbuf = s->rbuf = NULL;
+	if (s->pd && ferry_dealloc_pd(s->pd) < 0)
+		ferry_warn("socket %d: releasing its PD: %m", s->fd);
+	s->pd = NULL;
 	if (s->chan) {
 		if (s->chan_in_epoll)
 			sock_epoll_del(s, s->chan->ch->fd);
