@@ -68,6 +68,8 @@ struct shm_mr_entry {
 	uint64_t length;
 	uint64_t block_id;	/* ferry_alloc block holding it, 0 if none */
 	uint64_t block_offset;	/* addr - block start */
+	uint32_t gen;		/* owner's: generation of the slot's last key */
+	uint32_t pad;
 };
 
 /* A CQ's arm state, read by peers: (generation << 2) | mode. */
@@ -181,9 +183,10 @@ struct shm_pd {
 	pthread_mutex_t lock;		/* MR slots, QP list */
 	int table_fd;			/* memfd of the MR table */
 	struct shm_mr_entry *table;	/* SHM_MR_TABLE_ENTRIES */
-	uint8_t *gens;			/* generation per slot */
-	void **blk_fds;			/* unused */
-	uint32_t next_free;		/* slot search hint */
+	/* Slots [1, hwm) have been used.  Scans stop there: a read of a
+	 * shared-memory page allocates it, so a scan of the whole table would
+	 * cost its full size in memory. */
+	_Atomic uint32_t hwm;
 	struct shm_qp *qps;		/* connected QPs, for block announcements */
 };
 

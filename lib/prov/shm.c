@@ -200,19 +200,14 @@ static struct ferry_pd *shm_alloc_pd(struct ferry_context *ctx)
 
 	if (!spd)
 		return NULL;
-	spd->gens = calloc(SHM_MR_TABLE_ENTRIES, 1);
-	if (!spd->gens)
-		goto err_free;
 	spd->table = shm_memfd_map_owned("ferry-mr-table", size, &spd->table_fd);
 	if (!spd->table)
-		goto err_free_gens;
+		goto err_free;
 	pthread_mutex_init(&spd->lock, NULL);
-	spd->next_free = 1;	/* slot 0 stays unused: key 0 is never valid */
+	atomic_init(&spd->hwm, 1);	/* slot 0 stays unused: key 0 is never valid */
 	spd->pd.context = ctx;
 	return &spd->pd;
 
-err_free_gens:
-	free(spd->gens);
 err_free:
 	free(spd);
 	errno = ENOMEM;
@@ -225,7 +220,7 @@ static int shm_dealloc_pd(struct ferry_pd *pd)
 	uint32_t i;
 
 	pthread_mutex_lock(&spd->lock);
-	for (i = 1; i < SHM_MR_TABLE_ENTRIES; i++) {
+	for (i = 1; i < atomic_load_explicit(&spd->hwm, memory_order_relaxed); i++) {
 		if (atomic_load_explicit(&spd->table[i].rkey, memory_order_relaxed)) {
 			pthread_mutex_unlock(&spd->lock);
 			return ERR(EBUSY);
@@ -239,7 +234,6 @@ static int shm_dealloc_pd(struct ferry_pd *pd)
 	munmap(spd->table, SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry));
 	close(spd->table_fd);
 	pthread_mutex_destroy(&spd->lock);
-	free(spd->gens);
 	free(spd);
 	return 0;
 }
@@ -266,20 +260,22 @@ void shm_pd_remove_qp(struct shm_pd *spd, struct shm_qp *qp)
 	pthread_mutex_unlock(&spd->lock);
 }
 
-/* Find a free MR slot; spd->lock held. */
+/*
+ * Find a free MR slot; spd->lock held.  The lowest free one, so that the
+ * used part of the table (and the memory it occupies) stays small.
+ */
 static uint32_t shm_pd_free_slot(struct shm_pd *spd)
 {
-	uint32_t i, n = SHM_MR_TABLE_ENTRIES;
+	uint32_t i, hwm = atomic_load_explicit(&spd->hwm, memory_order_relaxed);
 
-	for (i = 0; i < n - 1; i++) {
-		uint32_t idx = 1 + (spd->next_free - 1 + i) % (n - 1);
-
-		if (!atomic_load_explicit(&spd->table[idx].rkey, memory_order_relaxed)) {
-			spd->next_free = idx + 1 < n ? idx + 1 : 1;
-			return idx;
-		}
-	}
-	return 0;
+	for (i = 1; i < hwm; i++)
+		if (!atomic_load_explicit(&spd->table[i].rkey, memory_order_relaxed))
+			return i;
+	if (hwm == SHM_MR_TABLE_ENTRIES)
+		return 0;
+	/* Published before the slot's key: a scan that sees the key sees it. */
+	atomic_store_explicit(&spd->hwm, hwm + 1, memory_order_release);
+	return hwm;
 }
 
 /*
@@ -330,10 +326,8 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 		errno = ENOMEM;
 		goto err_close;
 	}
-	key = SHM_KEY(idx, ++spd->gens[idx]);
-	if (key == 0)
-		key = SHM_KEY(idx, ++spd->gens[idx]);
 	e = &spd->table[idx];
+	key = SHM_KEY(idx, ++e->gen);	/* idx >= 1: never 0 */
 	e->access = (uint32_t)access;
 	e->addr = (uintptr_t)addr;
 	e->length = len;

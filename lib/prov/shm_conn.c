@@ -365,10 +365,11 @@ void shm_conn_destroy(struct shm_conn *conn)
  */
 static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 {
-	const struct shm_mr_entry *table = to_spd(qp->qp.pd)->table;
-	uint32_t i;
+	struct shm_pd *spd = to_spd(qp->qp.pd);
+	const struct shm_mr_entry *table = spd->table;
+	uint32_t i, hwm = atomic_load_explicit(&spd->hwm, memory_order_acquire);
 
-	for (i = 1; i < SHM_MR_TABLE_ENTRIES; i++) {
+	for (i = 1; i < hwm; i++) {
 		const struct shm_mr_entry *e = &table[i];
 		uint64_t id;
 		int fd;
