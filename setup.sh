@@ -30,6 +30,9 @@ PACKAGES=(
 	ibverbs-providers rdmacm-utils
 	# the test suite: Check unit tests and the valgrind stage
 	check valgrind
+	# the Soft-RoCE VM of the verbs tests (tests/rxe/rxe-vm.sh): qemu, a busybox
+	# initramfs, the kernel's modules, the rdma tools the VM borrows from this host
+	qemu-system-x86 busybox-static cpio kmod ibverbs-utils iproute2
 	# `make fuzz` (libFuzzer): clang, and its runtime, which clang only recommends
 	clang libclang-rt-14-dev
 	# integration tests and benchmarks: iperf3 under the preload, gnuplot for plots
@@ -230,11 +233,32 @@ check_sanitizers() {
 check_valgrind() {
 	cd "$SRCDIR/build"
 	[ -e tests/check_ferry ] || make -j"$JOBS" tests/check_ferry
-	CK_DEFAULT_TIMEOUT=120 ./libtool --mode=execute \
+	CK_DEFAULT_TIMEOUT=120 CK_TIMEOUT_MULTIPLIER=10 ./libtool --mode=execute \
 		valgrind -q --error-exitcode=1 --leak-check=full \
 		--show-leak-kinds=definite --errors-for-leak-kinds=definite \
 		--trace-children=yes \
 		tests/check_ferry
+}
+
+# check_rxe: the verbs path on a real RDMA stack: the QP and CM suites with
+# FERRY_TRANSPORT=verbs, ferry-ping against rping and ferry's sockets against
+# rsocket, inside a VM running the kernel's Soft-RoCE driver (tests/rxe/).
+# The VM's kernel package is fetched once from Debian's archive.  Where the VM
+# cannot run here, the harness exits 77 with the reason: a skip, not a failure.
+check_rxe() {
+	local rc=0
+	cd "$SRCDIR/build"
+	if ! grep -q '^#define HAVE_VERBS 1' config.h; then
+		say "check-rxe skipped: ferry was configured without libibverbs/librdmacm"
+		return 0
+	fi
+	make -j"$JOBS" tests/check_ferry tests/rxe/rsock-peer-ferry tests/rxe/rsock-peer-rdmacm
+	"$SRCDIR/tests/rxe/rxe-vm.sh" --timeout 560 -- "$SRCDIR/tests/rxe/check-rxe.sh" || rc=$?
+	if [ "$rc" -eq 77 ]; then
+		say "check-rxe skipped (see the reason above)"
+		return 0
+	fi
+	return "$rc"
 }
 
 # check_fuzz: `make fuzz`, a bounded libFuzzer run over the CM's handshake
@@ -281,6 +305,7 @@ main() {
 		run_stage sanitizers check_sanitizers
 		run_stage valgrind check_valgrind
 		run_stage fuzz check_fuzz
+		run_stage soft-roce check_rxe
 		;;
 	esac
 	finish

@@ -721,9 +721,9 @@ START_TEST(test_send_into_local_write_only_block)
 	}
 	ck_assert(tu_check(early, 3000, 77));
 	ck_assert(tu_check(late, 2000, 78));
-	tu_pair_close(&snd, &b);
 	ck_assert_int_eq(ferry_dereg_mr(early_mr), 0);
 	ck_assert_int_eq(ferry_dereg_mr(late_mr), 0);
+	tu_pair_close(&snd, &rcv);
 	ferry_free(early);
 	ferry_free(late);
 }

@@ -2,13 +2,15 @@
 # check-rxe.sh - ferry's verbs-path checks; runs INSIDE the Soft-RoCE VM
 # (tests/rxe/rxe-vm.sh starts it there; see tests/rxe/Makefile.inc).
 #
-#   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm interop; default all)
+#   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm interop rsocket; default all)
 #
 # unit:    the provider-generic Check suites with FERRY_TRANSPORT=verbs;
 # cm:      the CM suites with FERRY_TRANSPORT=verbs (when built), at the
 #          VM's own addresses: rdma_cm cannot route loopback over rxe;
 # interop: ferry-ping against rdma-core's rping, both directions, -V
 #          (tests/rxe/interop-rping.sh).
+# rsocket: ferry's stream sockets against librdmacm's rsocket, both
+#          directions (tests/rxe/interop-rsocket.sh).
 # Prints one line per check and a closing "N passed, N failed, N skipped".
 # Exit status 0 when nothing failed, 1 otherwise, 77 when not in an RDMA VM.
 # Run it from the build tree (make check-rxe does): the programs are there
@@ -84,12 +86,24 @@ stage_interop() {
 	esac
 }
 
-stages=${*:-unit cm interop}
+# ferry stream sockets and librdmacm's rsocket, each as server of the other.
+stage_rsocket() {
+	log=/tmp/check-rxe-rsocket.log
+	RXE_ADDR=$ip timeout 600 "$srcdir/tests/rxe/interop-rsocket.sh" > "$log" 2>&1
+	case $? in
+	0) pass "rsocket: $(tail -n 1 "$log")" ;;
+	77) skip "rsocket: $(tail -n 1 "$log")" ;;
+	*) fail "rsocket: ferry sockets <-> rsocket"; tail -n 30 "$log" ;;
+	esac
+}
+
+stages=${*:-unit cm interop rsocket}
 for st in $stages; do
 	case $st in
 	unit) stage_unit ;;
 	cm) stage_cm ;;
 	interop) stage_interop ;;
+	rsocket) stage_rsocket ;;
 	*) echo "check-rxe: unknown stage $st"; exit 2 ;;
 	esac
 done
