@@ -29,6 +29,46 @@ static uint32_t pow2_at_least(uint32_t n)
 	return p;
 }
 
+/*
+ * Per-QP arrays come straight from mmap: the kernel hands out zero pages
+ * lazily, so an idle QP costs no memory for its queues, where calloc would
+ * reuse (and clear) dirty heap memory.
+ */
+static void *shm_qp_array_alloc(size_t size)
+{
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void shm_qp_array_free(void *p, size_t size)
+{
+	if (p)
+		munmap(p, size);
+}
+
+static size_t shm_qp_sq_bytes(const struct shm_qp *qp)
+{
+	return (size_t)qp->sq_size * qp->sq_stride;
+}
+
+static size_t shm_qp_rq_bytes(const struct shm_qp *qp)
+{
+	return (size_t)qp->rq_size * sizeof(*qp->rq);
+}
+
+static size_t shm_qp_pending_bytes(const struct shm_qp *qp)
+{
+	return (size_t)qp->rq_size * qp->cap.max_recv_sge * sizeof(*qp->rq_pending);
+}
+
+static void shm_qp_arrays_free(struct shm_qp *qp)
+{
+	shm_qp_array_free(qp->sq, shm_qp_sq_bytes(qp));
+	shm_qp_array_free(qp->rq, shm_qp_rq_bytes(qp));
+	shm_qp_array_free(qp->rq_pending, shm_qp_pending_bytes(qp));
+}
+
 static bool shm_cap_ok(const struct ferry_qp_cap *cap)
 {
 	return cap->max_send_wr <= SHM_MAX_QP_WR && cap->max_recv_wr <= SHM_MAX_QP_WR &&
@@ -59,10 +99,9 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 			qp->cap.max_send_sge * sizeof(struct ferry_sge) +
 			((qp->cap.max_inline_data + 7) & ~7u);
 	qp->sq_stride = (qp->sq_stride + 63) & ~(size_t)63;
-	qp->sq = calloc(qp->sq_size, qp->sq_stride);
-	qp->rq = calloc(qp->rq_size, sizeof(*qp->rq));
-	qp->rq_pending = calloc((size_t)qp->rq_size * qp->cap.max_recv_sge,
-				sizeof(*qp->rq_pending));
+	qp->sq = shm_qp_array_alloc(shm_qp_sq_bytes(qp));
+	qp->rq = shm_qp_array_alloc(shm_qp_rq_bytes(qp));
+	qp->rq_pending = shm_qp_array_alloc(shm_qp_pending_bytes(qp));
 	if (!qp->sq || !qp->rq || !qp->rq_pending)
 		goto err_free;
 	qp->region_fd = -1;
@@ -92,9 +131,7 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 	return &qp->qp;
 
 err_free:
-	free(qp->sq);
-	free(qp->rq);
-	free(qp->rq_pending);
+	shm_qp_arrays_free(qp);
 	free(qp);
 	errno = ENOMEM;
 	return NULL;
@@ -332,9 +369,7 @@ int shm_destroy_qp(struct ferry_qp *fqp)
 	rcq->nqps--;
 	ferry_unlock(&rcq->lock);
 
-	free(qp->sq);
-	free(qp->rq);
-	free(qp->rq_pending);
+	shm_qp_arrays_free(qp);
 	free(qp);
 	return 0;
 }
