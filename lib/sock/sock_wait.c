@@ -141,9 +141,10 @@ static int sock_sleep_ms(struct ferry_sock *s, uint64_t deadline_ns)
 	return ms;
 }
 
-int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_t deadline_ns)
+static int sock_wait_spin(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
+			  uint64_t deadline_ns, unsigned int poll_us)
 {
-	uint64_t spin_end = sock_now_ns() + (uint64_t)sock_poll_us() * 1000u;
+	uint64_t spin_end = sock_now_ns() + (uint64_t)poll_us * 1000u;
 	struct pollfd pfd = { .fd = s->fd, .events = POLLIN };
 
 	unsigned int spins = 0;
@@ -152,7 +153,7 @@ int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_
 	do {
 		if (ready(s))
 			return 0;
-	} while ((++spins & 63) || sock_now_ns() < spin_end);
+	} while (poll_us && ((++spins & 63) || sock_now_ns() < spin_end));
 
 	for (;;) {
 		if (deadline_ns && sock_now_ns() >= deadline_ns)
@@ -179,4 +180,14 @@ int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_
 		if (ready(s))
 			return 0;
 	}
+}
+
+int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_t deadline_ns)
+{
+	return sock_wait_spin(s, ready, deadline_ns, sock_poll_us());
+}
+
+int sock_wait_cm(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_t deadline_ns)
+{
+	return sock_wait_spin(s, ready, deadline_ns, 0);
 }
