@@ -19,6 +19,14 @@ static void shm_rq_write_entry(struct shm_qp *qp, uint64_t seq)
 	uint8_t *ent = shm_rq_entry((uint8_t *)qp->region, qp->rq_stride, qp->rq_size, seq);
 	uint32_t n = qp->rq[slot].num_sge;
 
+	/*
+	 * A region starts zeroed with every receive: on the first lap round
+	 * the ring a receive without SGEs (sockets post only those) is
+	 * already in place.  Not writing it keeps the ring's pages
+	 * unallocated until the peer consumes receives.
+	 */
+	if (n == 0 && seq < qp->rq_size)
+		return;
 	*(uint32_t *)ent = n;
 	memcpy(ent + 8, &qp->rq_pending[(size_t)slot * qp->cap.max_recv_sge],
 	       n * sizeof(struct shm_rsge));
