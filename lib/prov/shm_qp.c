@@ -30,43 +30,50 @@ static uint32_t pow2_at_least(uint32_t n)
 }
 
 /*
- * Per-QP arrays come straight from mmap: the kernel hands out zero pages
- * lazily, so an idle QP costs no memory for its queues, where calloc would
- * reuse (and clear) dirty heap memory.
+ * A QP's three arrays (SQ slots, private RQ, receives awaiting the region)
+ * share one anonymous mapping: the kernel hands out zero pages lazily, so
+ * an idle QP costs no memory for its queues, where calloc would reuse (and
+ * clear) dirty heap memory; and one mapping is one mmap/munmap per QP (an
+ * munmap in a threaded process costs TLB shootdowns).
  */
-static void *shm_qp_array_alloc(size_t size)
+static size_t shm_qp_align(size_t n)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	return p == MAP_FAILED ? NULL : p;
-}
-
-static void shm_qp_array_free(void *p, size_t size)
-{
-	if (p)
-		munmap(p, size);
+	return (n + 63) & ~(size_t)63;
 }
 
 static size_t shm_qp_sq_bytes(const struct shm_qp *qp)
 {
-	return (size_t)qp->sq_size * qp->sq_stride;
+	return shm_qp_align((size_t)qp->sq_size * qp->sq_stride);
 }
 
 static size_t shm_qp_rq_bytes(const struct shm_qp *qp)
 {
-	return (size_t)qp->rq_size * sizeof(*qp->rq);
+	return shm_qp_align((size_t)qp->rq_size * sizeof(*qp->rq));
 }
 
-static size_t shm_qp_pending_bytes(const struct shm_qp *qp)
+static size_t shm_qp_arrays_bytes(const struct shm_qp *qp)
 {
-	return (size_t)qp->rq_size * qp->cap.max_recv_sge * sizeof(*qp->rq_pending);
+	return shm_qp_sq_bytes(qp) + shm_qp_rq_bytes(qp) +
+	       (size_t)qp->rq_size * qp->cap.max_recv_sge * sizeof(*qp->rq_pending);
+}
+
+static int shm_qp_arrays_alloc(struct shm_qp *qp)
+{
+	uint8_t *p = mmap(NULL, shm_qp_arrays_bytes(qp), PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return -1;
+	qp->sq = p;
+	qp->rq = (struct shm_rwqe *)(p + shm_qp_sq_bytes(qp));
+	qp->rq_pending = (struct shm_rsge *)(p + shm_qp_sq_bytes(qp) + shm_qp_rq_bytes(qp));
+	return 0;
 }
 
 static void shm_qp_arrays_free(struct shm_qp *qp)
 {
-	shm_qp_array_free(qp->sq, shm_qp_sq_bytes(qp));
-	shm_qp_array_free(qp->rq, shm_qp_rq_bytes(qp));
-	shm_qp_array_free(qp->rq_pending, shm_qp_pending_bytes(qp));
+	if (qp->sq)
+		munmap(qp->sq, shm_qp_arrays_bytes(qp));
 }
 
 static bool shm_cap_ok(const struct ferry_qp_cap *cap)
@@ -99,10 +106,7 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 			qp->cap.max_send_sge * sizeof(struct ferry_sge) +
 			((qp->cap.max_inline_data + 7) & ~7u);
 	qp->sq_stride = (qp->sq_stride + 63) & ~(size_t)63;
-	qp->sq = shm_qp_array_alloc(shm_qp_sq_bytes(qp));
-	qp->rq = shm_qp_array_alloc(shm_qp_rq_bytes(qp));
-	qp->rq_pending = shm_qp_array_alloc(shm_qp_pending_bytes(qp));
-	if (!qp->sq || !qp->rq || !qp->rq_pending)
+	if (shm_qp_arrays_alloc(qp) < 0)
 		goto err_free;
 	qp->region_fd = -1;
 	ferry_lock_init(&qp->sq_lock);
