@@ -253,7 +253,10 @@ check_rxe() {
 		return 0
 	fi
 	make -j"$JOBS" tests/check_ferry tests/rxe/rsock-peer-ferry tests/rxe/rsock-peer-rdmacm
-	"$SRCDIR/tests/rxe/rxe-vm.sh" --timeout 560 -- "$SRCDIR/tests/rxe/check-rxe.sh" || rc=$?
+	# --rw: the tree is visible (and writable) in the VM wherever it lives,
+	# even under /tmp, which the VM has a private one of.
+	"$SRCDIR/tests/rxe/rxe-vm.sh" --rw "$SRCDIR" --timeout 560 -- \
+		"$SRCDIR/tests/rxe/check-rxe.sh" || rc=$?
 	if [ "$rc" -eq 77 ]; then
 		say "check-rxe skipped (see the reason above)"
 		return 0

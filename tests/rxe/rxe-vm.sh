@@ -123,7 +123,8 @@ mount -t devtmpfs devtmpfs /host/dev
 mount -t tmpfs tmpfs /host/dev/shm
 n=0
 while read -r dir; do
-	[ -n "$dir" ] && mount -t 9p -o "$p9" "rw$n" "/host$dir"
+	# Under the guest's private /tmp the mount point must be made first.
+	[ -n "$dir" ] && { mkdir -p "/host$dir" 2>/dev/null; mount -t 9p -o "$p9" "rw$n" "/host$dir"; }
 	n=$((n + 1))
 done < /host/tmp/rxe-ctl/rw.list
 ip link set lo up
@@ -138,13 +139,16 @@ EOF
 	chmod 755 "$1"
 }
 
-# prepare_kernel CACHE: make CACHE/<version>/{vmlinuz,initrd.gz}; print the dir.
+# prepare_kernel CACHE: make CACHE/<version>-<digest>/{vmlinuz,initrd.gz}; print the dir.
 prepare_kernel() {
 	local cache=$1 pkg ver kdir tmp moddir stage m
 	pkg=$(kernel_package)
 	[ -n "$pkg" ] || skip "apt cannot name the Debian kernel package (run apt-get update)"
 	ver=${pkg#linux-image-}
-	kdir=$cache/$ver
+	# Keyed by what goes into the initramfs too: a changed guest init or
+	# module list must not boot a stale cached one.
+	kdir=$cache/$ver-$( { declare -f write_guest_init; echo "$GUEST_MODULES"; } |
+		sha1sum | cut -c1-12)
 	if [ -s "$kdir/initrd.gz" ] && [ -s "$kdir/vmlinuz" ]; then
 		echo "$kdir"
 		return
