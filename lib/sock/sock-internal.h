@@ -311,13 +311,6 @@ unsigned int sock_poll_us(void);
 int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
 	      uint64_t deadline_ns);
 /* Become the sleeper of @s (true) or not, for ferry_sock_poll. */
-/*
- * sock_wait_cm - as sock_wait, for what only the CM can bring (a connection
- * set up): no spinning first.  The CM thread of this process has to run for
- * it, and a spinning caller would keep it from its CPU.
- */
-int sock_wait_cm(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
-		 uint64_t deadline_ns);
 bool sock_wait_lead(struct ferry_sock *s);
 void sock_wait_arm(struct ferry_sock *s);
 void sock_wait_drain(struct ferry_sock *s);

@@ -141,10 +141,9 @@ static int sock_sleep_ms(struct ferry_sock *s, uint64_t deadline_ns)
 	return ms;
 }
 
-static int sock_wait_spin(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
-			  uint64_t deadline_ns, unsigned int poll_us)
+int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_t deadline_ns)
 {
-	uint64_t spin_end = sock_now_ns() + (uint64_t)poll_us * 1000u;
+	uint64_t spin_end = sock_now_ns() + (uint64_t)sock_poll_us() * 1000u;
 	struct pollfd pfd = { .fd = s->fd, .events = POLLIN };
 
 	unsigned int spins = 0;
@@ -153,7 +152,7 @@ static int sock_wait_spin(struct ferry_sock *s, bool (*ready)(struct ferry_sock 
 	do {
 		if (ready(s))
 			return 0;
-	} while (poll_us && ((++spins & 63) || sock_now_ns() < spin_end));
+	} while ((++spins & 63) || sock_now_ns() < spin_end);
 
 	for (;;) {
 		if (deadline_ns && sock_now_ns() >= deadline_ns)
@@ -180,14 +179,4 @@ static int sock_wait_spin(struct ferry_sock *s, bool (*ready)(struct ferry_sock 
 		if (ready(s))
 			return 0;
 	}
-}
-
-int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_t deadline_ns)
-{
-	return sock_wait_spin(s, ready, deadline_ns, sock_poll_us());
-}
-
-int sock_wait_cm(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_t deadline_ns)
-{
-	return sock_wait_spin(s, ready, deadline_ns, 0);
 }
