@@ -426,6 +426,15 @@ static bool core_qp_attr_ok(const struct ferry_qp_attr *attr, int mask)
 	if ((mask & FERRY_QP_ACCESS_FLAGS) &&
 	    (attr->qp_access_flags & ~(unsigned int)CORE_ACCESS_ALL))
 		return false;
+	/* The widths of their IB encodings: 3 bits, 3 bits, 5 bits, 5 bits. */
+	if ((mask & FERRY_QP_RETRY_CNT) && attr->retry_cnt > 7)
+		return false;
+	if ((mask & FERRY_QP_RNR_RETRY) && attr->rnr_retry > 7)
+		return false;
+	if ((mask & FERRY_QP_MIN_RNR_TIMER) && attr->min_rnr_timer > 31)
+		return false;
+	if ((mask & FERRY_QP_TIMEOUT) && attr->timeout > 31)
+		return false;
 	return true;
 }
 

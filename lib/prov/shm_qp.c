@@ -220,14 +220,6 @@ static int shm_qp_check_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, i
 		return EINVAL;
 	if ((mask & FERRY_QP_CAP) && !shm_cap_ok(&a->cap))
 		return EINVAL;
-	if ((mask & FERRY_QP_RETRY_CNT) && a->retry_cnt > 7)
-		return EINVAL;
-	if ((mask & FERRY_QP_RNR_RETRY) && a->rnr_retry > 7)
-		return EINVAL;
-	if ((mask & FERRY_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31)
-		return EINVAL;
-	if ((mask & FERRY_QP_TIMEOUT) && a->timeout > 31)
-		return EINVAL;
 	if (next == FERRY_QPS_RTR && qp->qp.state == FERRY_QPS_INIT) {
 		if (!qp->conn) {
 			ferry_info("QP %u: RTR needs a peer: call ferry_qp_exchange first",

@@ -156,14 +156,6 @@ int verbs_qp_sync_state(struct ferry_qp *fqp)
 static int verbs_qp_check_attr(struct verbs_qp *qp, const struct ferry_qp_attr *a,
 			       int mask, enum ferry_qp_state cur, enum ferry_qp_state next)
 {
-	if ((mask & FERRY_QP_RETRY_CNT) && a->retry_cnt > 7)
-		return EINVAL;
-	if ((mask & FERRY_QP_RNR_RETRY) && a->rnr_retry > 7)
-		return EINVAL;
-	if ((mask & FERRY_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31)
-		return EINVAL;
-	if ((mask & FERRY_QP_TIMEOUT) && a->timeout > 31)
-		return EINVAL;
 	if (next != FERRY_QPS_RTR || cur != FERRY_QPS_INIT || !(mask & FERRY_QP_AV))
 		return 0;
 	if (!qp->peer.known) {
