@@ -4,7 +4,9 @@
 #   ./setup.sh          install missing Debian packages, generate, configure, build,
 #                       then run `ferry-perf --local`
 #   ./setup.sh build    the same without the perf run
-#   ./setup.sh test     install + build, then the whole test suite
+#   ./setup.sh test     install + build, then the whole test suite: make check,
+#                       ASan+UBSan, valgrind, fuzz, and the verbs checks in a
+#                       Soft-RoCE VM (soft-roce; a skip where qemu cannot run)
 #   ./setup.sh --help   this text
 #
 # Packages are installed only when some are missing: directly as root, through sudo
