@@ -55,7 +55,7 @@ say() { printf 'setup.sh: %s\n' "$*"; }
 die() { printf 'setup.sh: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-	sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+	sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # --- stages -----------------------------------------------------------------
