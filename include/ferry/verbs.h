@@ -395,15 +395,18 @@ int ferry_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr,
  * their QP in INIT; afterwards each end moves its QP to RTR (dest_qp_num = the
  * peer's QP number, stored in *peer_qp_num_p) and RTS as ibverbs requires.
  * ferry keeps @sock (a dup of it) open for the life of the QP: its hang-up is
- * how a dead peer is noticed.  Only the shm provider supports it (ENOTSUP).
+ * how a dead peer is noticed.  The shm provider passes shared memory and
+ * eventfds over it; the verbs provider passes QP number, PSN, LID, GID and
+ * MTU (both ends on one host, as in the Soft-RoCE tests).  Across hosts,
+ * use the connection manager (<ferry/cm.h>).
  */
 int ferry_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qp_num_p);
 
 /**
  * ferry_qp_connect_sock - convenience: ferry_qp_exchange, then the INIT ->
  * RTR -> RTS transitions with ferry's defaults (rnr_retry 7, min_rnr_timer
- * 1, all remote access rights the QP was created with).  @qp must be in RESET
- * or INIT.
+ * 1).  A QP in RESET is first moved to INIT with @access as its access
+ * flags; a QP already in INIT keeps its own.
  */
 int ferry_qp_connect_sock(struct ferry_qp *qp, int sock, int access);
 
