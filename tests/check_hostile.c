@@ -150,19 +150,14 @@ static int hostile_child(int sock, int ctl, void *arg)
 {
 	enum hostile_mode mode = (enum hostile_mode)(intptr_t)arg;
 	struct tu_opts o = { .max_sge = 4 };
-	struct tu_remote mine, peer;
+	struct tu_remote peer;
 	struct tu_end e;
 	struct ferry_wc wc[8];
 	unsigned int seed = 12345u + (unsigned int)mode;
 	uint32_t msg;
 	uint64_t until;
 
-	tu_child_end_open(&e, &o);
-	mine = (struct tu_remote){ (uintptr_t)e.buf, e.len, e.mr->rkey,
-				   e.qp->qp_num, 0, 0, 0, 0 };
-	TU_CHILD_CHECK(tu_msg_send(sock, &mine, sizeof(mine)) == 0);
-	TU_CHILD_CHECK(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS) == 0);
-	TU_CHILD_CHECK(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL) == 0);
+	tu_child_connect(&e, &o, sock, &peer);
 	for (int i = 0; i < 8; i++)
 		TU_CHILD_CHECK(tu_post_recv1(e.qp, (uint64_t)i, e.buf + 1024 * i,
 					     1024, e.mr->lkey) == 0);
@@ -202,15 +197,10 @@ static int hostile_child(int sock, int ctl, void *arg)
 static int healthy_child(int sock, int ctl, void *arg)
 {
 	struct tu_end e;
-	struct tu_remote mine, peer;
+	struct tu_remote peer;
 	struct ferry_wc wc;
 
-	tu_child_end_open(&e, NULL);
-	mine = (struct tu_remote){ (uintptr_t)e.buf, e.len, e.mr->rkey,
-				   e.qp->qp_num, 0, 0, 0, 0 };
-	TU_CHILD_CHECK(tu_msg_send(sock, &mine, sizeof(mine)) == 0);
-	TU_CHILD_CHECK(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS) == 0);
-	TU_CHILD_CHECK(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL) == 0);
+	tu_child_connect(&e, NULL, sock, &peer);
 	TU_CHILD_CHECK(tu_post_recv1(e.qp, 0, e.buf, 1024, e.mr->lkey) == 0);
 	for (;;) {
 		TU_CHILD_CHECK(tu_child_poll(e.recv_cq, &wc, 1, 20000) == 1);

@@ -34,16 +34,11 @@ static int peer_child(int sock, int ctl, void *arg)
 {
 	const struct peer_arg *pa = arg;
 	struct tu_opts o = { .max_send_wr = 256, .cqe = 1024 };
-	struct tu_remote mine, peer;
+	struct tu_remote peer;
 	struct tu_end e;
 	struct ferry_wc wc[16];
 
-	tu_child_end_open(&e, &o);
-	mine = (struct tu_remote){ (uintptr_t)e.buf, e.len, e.mr->rkey,
-				   e.qp->qp_num, 0, 0, 0, 0 };
-	TU_CHILD_CHECK(tu_msg_send(sock, &mine, sizeof(mine)) == 0);
-	TU_CHILD_CHECK(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS) == 0);
-	TU_CHILD_CHECK(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL) == 0);
+	tu_child_connect(&e, &o, sock, &peer);
 	TU_CHILD_CHECK(tu_send_u32(ctl, 1) == 0);	/* ready */
 	if (pa->mode == PEER_WRITER) {
 		tu_fill(e.buf, 4096, 50);
@@ -356,15 +351,10 @@ END_TEST
 static int peer_echo_child(int sock, int ctl, void *arg)
 {
 	struct tu_end e;
-	struct tu_remote mine, peer;
+	struct tu_remote peer;
 	struct ferry_wc wc;
 
-	tu_child_end_open(&e, NULL);
-	mine = (struct tu_remote){ (uintptr_t)e.buf, e.len, e.mr->rkey,
-				   e.qp->qp_num, 0, 0, 0, 0 };
-	TU_CHILD_CHECK(tu_msg_send(sock, &mine, sizeof(mine)) == 0);
-	TU_CHILD_CHECK(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS) == 0);
-	TU_CHILD_CHECK(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL) == 0);
+	tu_child_connect(&e, NULL, sock, &peer);
 	TU_CHILD_CHECK(tu_post_recv1(e.qp, 0, e.buf, 1024, e.mr->lkey) == 0);
 	for (;;) {
 		TU_CHILD_CHECK(tu_child_poll(e.recv_cq, &wc, 1, 20000) == 1);

@@ -168,6 +168,19 @@ void tu_child_end_open(struct tu_end *e, const struct tu_opts *o)
 	}
 }
 
+void tu_child_connect(struct tu_end *e, const struct tu_opts *o, int sock,
+		      struct tu_remote *peer_p)
+{
+	struct tu_remote mine;
+
+	tu_child_end_open(e, o);
+	mine = (struct tu_remote){ (uintptr_t)e->buf, e->len, e->mr->rkey,
+				   e->qp->qp_num, 0, 0, 0, 0 };
+	TU_CHILD_CHECK(tu_msg_send(sock, &mine, sizeof(mine)) == 0);
+	TU_CHILD_CHECK(tu_msg_recv(sock, peer_p, sizeof(*peer_p), TU_WAIT_MS) == 0);
+	TU_CHILD_CHECK(ferry_qp_connect_sock(e->qp, sock, TU_QP_ACCESS_ALL) == 0);
+}
+
 void tu_child_end_close(struct tu_end *e)
 {
 	const char *failed = tu_end_release(e);

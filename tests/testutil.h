@@ -167,6 +167,13 @@ int tu_recv_u32(int fd, uint32_t *v, int timeout_ms);
 /* In a child: open an end without Check; exits on failure. */
 void tu_child_end_open(struct tu_end *e, const struct tu_opts *o);
 void tu_child_end_close(struct tu_end *e);
+/*
+ * tu_child_connect - open an end with @o, trade tu_remotes (ours: the
+ * end's buffer) with the parent over @sock and connect with every access
+ * right; *peer_p receives the parent's tu_remote.
+ */
+void tu_child_connect(struct tu_end *e, const struct tu_opts *o, int sock,
+		      struct tu_remote *peer_p);
 /* In a child: bounded poll; returns count. */
 int tu_child_poll(struct ferry_cq *cq, struct ferry_wc *wc, int n,
 		  int timeout_ms);
