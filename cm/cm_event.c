@@ -265,12 +265,10 @@ void cm_event_wait_acked(struct cm_id_priv *id)
 
 /* --- get and ack --- */
 
-/**
- * ferry_get_cm_event - the next event of @channel: waits for one, or fails
- * with EAGAIN when the channel's fd is non-blocking and none is queued.
- */
-int ferry_get_cm_event(struct ferry_event_channel *channel,
-		       struct ferry_cm_event **event_p)
+/* The next event of @channel; @wait: sleep for one unless the fd is
+ * non-blocking, else fail with EAGAIN at once. */
+static int cm_event_get(struct ferry_event_channel *channel,
+			struct ferry_cm_event **event_p, bool wait)
 {
 	struct cm_channel *chan;
 	struct cm_event_priv *ev;
@@ -280,7 +278,7 @@ int ferry_get_cm_event(struct ferry_event_channel *channel,
 	chan = container_of(channel, struct cm_channel, ch);
 	pthread_mutex_lock(&cm_event_lock);
 	while (!chan->head) {
-		if (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) {
+		if (!wait || (fcntl(channel->fd, F_GETFL) & O_NONBLOCK)) {
 			pthread_mutex_unlock(&cm_event_lock);
 			return ERR(EAGAIN);
 		}
@@ -291,6 +289,22 @@ int ferry_get_cm_event(struct ferry_event_channel *channel,
 	pthread_mutex_unlock(&cm_event_lock);
 	*event_p = &ev->event;
 	return 0;
+}
+
+/**
+ * ferry_get_cm_event - the next event of @channel: waits for one, or fails
+ * with EAGAIN when the channel's fd is non-blocking and none is queued.
+ */
+int ferry_get_cm_event(struct ferry_event_channel *channel,
+		       struct ferry_cm_event **event_p)
+{
+	return cm_event_get(channel, event_p, true);
+}
+
+int ferry_cm_event_poll(struct ferry_event_channel *channel,
+			struct ferry_cm_event **event_p)
+{
+	return cm_event_get(channel, event_p, false);
 }
 
 /**

@@ -159,4 +159,18 @@ bool ferry_block_is_own_inode(unsigned long ino);
 int ferry_memfd_create(const char *name, size_t size);
 unsigned long ferry_fd_inode(int fd);
 
+/* --- cm/cm_event.c: for the socket layer --- */
+
+struct ferry_event_channel;
+struct ferry_cm_event;
+
+/*
+ * ferry_cm_event_poll - the next event of @channel if one is queued, else
+ * -1 with EAGAIN.  Unlike ferry_get_cm_event it never sleeps and never
+ * asks the fd whether it is non-blocking: a caller that polls in a loop
+ * makes no system call while nothing is queued.
+ */
+int ferry_cm_event_poll(struct ferry_event_channel *channel,
+			struct ferry_cm_event **event_p);
+
 #endif /* FERRY_INTERNAL_H */

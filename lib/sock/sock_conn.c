@@ -14,6 +14,7 @@
 
 #include <endian.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -45,7 +46,7 @@ void sock_chan_put(struct sock_chan *c)
 
 	if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
 		return;
-	while (ferry_get_cm_event(c->ch, &ev) == 0)
+	while (ferry_cm_event_poll(c->ch, &ev) == 0)
 		ferry_ack_cm_event(ev);
 	if (ferry_destroy_event_channel(c->ch) < 0)
 		ferry_warn("sock: destroying a CM channel: %m");
@@ -522,17 +523,27 @@ struct ferry_sock *sock_conn_take_ready(struct ferry_sock *l)
 	return s;
 }
 
+/*
+ * Take the socket's CM events.  While it connects or listens, they come
+ * from the CM thread of this process, which may share the caller's CPU
+ * (and does when the process is pinned): a caller spinning on a socket
+ * with nothing yet gives that thread the CPU rather than keep it waiting.
+ */
 void sock_conn_process(struct ferry_sock *s)
 {
 	struct ferry_cm_event *ev;
+	bool got = false;
 
 	if (!s->chan || !s->chan_in_epoll)
 		return;
-	while (ferry_get_cm_event(s->chan->ch, &ev) == 0) {
+	while (ferry_cm_event_poll(s->chan->ch, &ev) == 0) {
+		got = true;
 		if (s->state == SOCK_LISTENING)
 			sock_conn_passive_event(s, ev);
 		else
 			sock_conn_active_event(s, ev);
 		ferry_ack_cm_event(ev);
 	}
+	if (!got && (s->state == SOCK_CONNECTING || s->state == SOCK_LISTENING))
+		sched_yield();
 }
