@@ -4,12 +4,23 @@
  * cm/cm_addr.c) and its transports (cm/cm_shm.c, later cm/cm_verbs.c).
  *
  * Threads.  One CM thread per process runs a libevent loop (started on
- * first use, restarted lazily in a child after fork).  Every change of an
- * id's state and of a transport's per-id state happens in that thread: the
- * public calls check their arguments in the caller's thread and then run
- * their work there with cm_thread_call(), which waits for the result.  So
- * ids need no locks, and a transport's callbacks never race with the calls.
- * Two things run in the caller's thread instead because they may block:
+ * first use, restarted lazily in a child after fork).  An id has one owner
+ * at a time, and only the owner changes its state or its transport's
+ * per-id state, so ids need no locks and a transport's callbacks never
+ * race with the calls:
+ *
+ *  - While the loop can reach the id (cm_id_priv.in_loop: some event of
+ *    its transport leads to it), the CM thread owns it: the public calls
+ *    check their arguments in the caller's thread and run their work there
+ *    with cm_thread_call(), which waits for the result (cm_id_call).
+ *  - Before that (an id being resolved or connected, or one whose accept
+ *    runs) the caller's thread owns it, and a call on it runs right there,
+ *    sparing two thread switches, provided every transport involved says
+ *    so (cm_transport.calls_inline).  The transport sets in_loop before it
+ *    hands the loop its first event of the id, and touches the id no more
+ *    in that call.
+ *
+ * Two things always run in the caller's thread because they may block:
  * QP creation (ferry_cm_create_qp, cm_transport.qp_init) and
  * cm_transport.accept (the shm transport runs its QP exchange there).
  *
@@ -76,6 +87,13 @@ struct cm_qp_param {
  */
 struct cm_transport {
 	const char *name;	/* as FERRY_TRANSPORT names it: "shm", "verbs" */
+	/*
+	 * Calls on an id the loop cannot reach (in_loop false) may run in the
+	 * caller's thread: the transport sets in_loop before it first gives
+	 * the loop an event leading to the id.  False: every call hops to the
+	 * CM thread, whatever in_loop says.
+	 */
+	bool calls_inline;
 
 	/* Can this transport reach @dst?  Quick and synchronous; any thread. */
 	bool (*reaches)(const struct sockaddr *dst);
@@ -99,7 +117,14 @@ struct cm_transport {
 	/* Report ESTABLISHED, or REJECTED / UNREACHABLE / CONNECT_ERROR. */
 	int (*connect)(struct cm_id_priv *id, const struct ferry_conn_param *param);
 	/*
-	 * Caller's thread, may block; use cm_thread_call() for loop state.
+	 * CM thread, as ferry_accept begins (the id is CM_ACCEPTING): answer
+	 * the request, or prepare to.  A transport that gives the caller's
+	 * thread the id for accept clears in_loop here.  On failure the core
+	 * moves the id to CM_DISCONNECT.
+	 */
+	int (*accept_begin)(struct cm_id_priv *id, const struct ferry_conn_param *param);
+	/*
+	 * Caller's thread, may block; use cm_id_call() for loop state.
 	 * Connect the QP (cm_qp_to_rts) and report ESTABLISHED before
 	 * returning 0.  On failure the core moves the id to CM_DISCONNECT.
 	 */
@@ -135,7 +160,8 @@ struct cm_id_priv {
 	struct ferry_cm_id id;
 	struct cm_channel *chan;	/* id.channel's, or a synchronous id's own */
 	bool sync;			/* created without a channel */
-	enum cm_state state;		/* CM thread only */
+	enum cm_state state;		/* the owner's (see Threads above) */
+	bool in_loop;			/* the CM thread owns the id */
 	const struct cm_transport *tp;	/* chosen by resolve / request */
 	void *tp_data[CM_TP_MAX];	/* per transport, by cm_transports[] index */
 	bool bound;			/* ferry_bind_addr reserved src_addr */
@@ -162,6 +188,15 @@ bool cm_thread_is_self(void);
  * what @fn returned, with @fn's errno.  From the CM thread: calls @fn.
  */
 int cm_thread_call(int (*fn)(void *arg), void *arg);
+
+/*
+ * cm_id_call - run @fn(@arg), a call on @id through transport @tp (NULL:
+ * any transport), in the thread that owns the id: the caller's when the
+ * loop cannot reach it and every transport involved allows it, else the
+ * CM thread's (cm_thread_call).
+ */
+int cm_id_call(struct cm_id_priv *id, const struct cm_transport *tp,
+	       int (*fn)(void *arg), void *arg);
 
 /* --- cm_event.c --- */
 
@@ -246,7 +281,7 @@ void cm_addr_set_port(struct sockaddr *sa, uint16_t port);
 const char *cm_addr_ntop(const struct sockaddr *sa, char *buf, size_t len);
 /* The wildcard address of @family with @port. */
 void cm_addr_wildcard(int family, uint16_t port, struct sockaddr_storage *ss);
-/* A port of the ephemeral range (32768..60999), pseudo-random.  CM thread. */
+/* A port of the ephemeral range (32768..60999), pseudo-random.  Any thread. */
 uint16_t cm_addr_ephemeral_port(void);
 /* A source address for reaching @dst from this host (same family). */
 void cm_addr_source_for(const struct sockaddr *dst, struct sockaddr_storage *src);

@@ -3,9 +3,9 @@
  * listen, connect, accept, reject, disconnect, addresses, event names.
  *
  * Each call checks its arguments here, in the caller's thread, then runs
- * the part that reads or changes the id's state in the CM thread
- * (cm_thread_call: see cm-internal.h), and for a synchronous id waits for
- * the call's outcome event (cm_sync_wait).
+ * the part that reads or changes the id's state in the thread that owns
+ * the id (cm_id_call: see cm-internal.h), and for a synchronous id waits
+ * for the call's outcome event (cm_sync_wait).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -23,6 +23,8 @@
 /* Arguments of a call run in the CM thread. */
 struct cm_op {
 	struct cm_id_priv *id;
+	const struct cm_transport *tp;	/* resolve_addr: the one reaching dst */
+	int tp_err;			/* resolve_addr: why none does */
 	const struct sockaddr *src, *dst;
 	const struct ferry_conn_param *param;
 	const void *pdata;
@@ -107,6 +109,7 @@ struct cm_id_priv *cm_id_new_request(struct cm_id_priv *listener,
 	id->id.verbs = ctx;
 	id->tp = tp;
 	id->state = CM_CONNECT_REQ;
+	id->in_loop = true;	/* born in the CM thread */
 	return id;
 }
 
@@ -123,7 +126,10 @@ void cm_id_teardown(struct cm_id_priv *id)
 
 static int cm_destroy_op(void *arg)
 {
-	cm_id_teardown(arg);
+	struct cm_id_priv *id = arg;
+
+	cm_id_teardown(id);
+	id->in_loop = false;	/* nothing in the loop leads to it any more */
 	return 0;
 }
 
@@ -140,7 +146,7 @@ int ferry_destroy_id(struct ferry_cm_id *id)
 	if (!id)
 		return ERR(EINVAL);
 	priv = to_cm_id(id);
-	if (cm_thread_call(cm_destroy_op, priv) < 0)
+	if (cm_id_call(priv, priv->tp, cm_destroy_op, priv) < 0)
 		return -1;
 	cm_sync_release(priv);
 	cm_event_wait_acked(priv);
@@ -254,7 +260,7 @@ int ferry_bind_addr(struct ferry_cm_id *id, struct sockaddr *addr)
 	if (!cm_family_ok(addr))
 		return ERR(EAFNOSUPPORT);
 	op.id = to_cm_id(id);
-	return cm_thread_call(cm_bind_op, &op);
+	return cm_id_call(op.id, NULL, cm_bind_op, &op);
 }
 
 /* --- resolution --- */
@@ -291,7 +297,8 @@ static int cm_resolve_addr_op(void *arg)
 	memset(dst, 0, sizeof(*dst));
 	memcpy(dst, op->dst, cm_addr_len(op->dst));
 	cm_resolve_source(id, op->src, op->dst);
-	id->tp = cm_transport_for(op->dst);
+	id->tp = op->tp;
+	errno = op->tp_err;
 	id->id.verbs = id->tp ? cm_transport_context(id->tp) : NULL;
 	if (!id->id.verbs) {
 		int status = errno ? errno : EHOSTUNREACH;
@@ -324,7 +331,10 @@ int ferry_resolve_addr(struct ferry_cm_id *id, struct sockaddr *src_addr,
 	if (!cm_family_ok(dst_addr) || (src_addr && src_addr->sa_family != dst_addr->sa_family))
 		return ERR(EAFNOSUPPORT);
 	op.id = to_cm_id(id);
-	if (cm_thread_call(cm_resolve_addr_op, &op) < 0)
+	errno = 0;
+	op.tp = cm_transport_for(dst_addr);
+	op.tp_err = errno;
+	if (cm_id_call(op.id, op.tp, cm_resolve_addr_op, &op) < 0)
 		return -1;
 	return cm_sync_wait(op.id, FERRY_CM_EVENT_ADDR_RESOLVED);
 }
@@ -352,7 +362,7 @@ int ferry_resolve_route(struct ferry_cm_id *id, int timeout_ms)
 	if (!id || timeout_ms < 0)
 		return ERR(EINVAL);
 	op.id = to_cm_id(id);
-	if (cm_thread_call(cm_resolve_route_op, &op) < 0)
+	if (cm_id_call(op.id, op.id->tp, cm_resolve_route_op, &op) < 0)
 		return -1;
 	return cm_sync_wait(op.id, FERRY_CM_EVENT_ROUTE_RESOLVED);
 }
@@ -379,10 +389,14 @@ static int cm_listen_op(void *arg)
 		return -1;
 	if (id->state != CM_ADDR_BOUND)
 		return ERR(EINVAL);
-	for (i = 0; i < cm_transports_count; i++)
-		if (id->tp_data[i] && cm_transports[i]->listen(id, op->number) < 0)
-			return -1;
+	/* Before the transports listen: from then on the loop may see it. */
 	id->state = CM_LISTEN;
+	for (i = 0; i < cm_transports_count; i++) {
+		if (id->tp_data[i] && cm_transports[i]->listen(id, op->number) < 0) {
+			id->state = CM_ADDR_BOUND;
+			return -1;
+		}
+	}
 	return 0;
 }
 
@@ -398,7 +412,7 @@ int ferry_listen(struct ferry_cm_id *id, int backlog)
 	if (!id)
 		return ERR(EINVAL);
 	op.id = to_cm_id(id);
-	return cm_thread_call(cm_listen_op, &op);
+	return cm_id_call(op.id, op.id->tp, cm_listen_op, &op);
 }
 
 int ferry_get_request(struct ferry_cm_id *listen, struct ferry_cm_id **id_p)
@@ -469,20 +483,25 @@ int ferry_connect(struct ferry_cm_id *id, struct ferry_conn_param *conn_param)
 		return ERR(EINVAL);
 	op = (struct cm_op){ .id = to_cm_id(id),
 			     .param = cm_param_or_default(conn_param, &dflt) };
-	if (cm_thread_call(cm_connect_op, &op) < 0)
+	if (cm_id_call(op.id, op.id->tp, cm_connect_op, &op) < 0)
 		return -1;
 	return cm_sync_wait(op.id, FERRY_CM_EVENT_ESTABLISHED);
 }
 
 static int cm_accept_begin_op(void *arg)
 {
-	struct cm_id_priv *id = arg;
+	struct cm_op *op = arg;
+	struct cm_id_priv *id = op->id;
 
 	if (id->state == CM_DISCONNECT)
 		return ERR(ECONNRESET);	/* the client went away */
 	if (id->state != CM_CONNECT_REQ)
 		return ERR(EINVAL);
 	id->state = CM_ACCEPTING;
+	if (id->tp->accept_begin(id, op->param) < 0) {
+		id->state = CM_DISCONNECT;
+		return -1;
+	}
 	return 0;
 }
 
@@ -504,16 +523,18 @@ int ferry_accept(struct ferry_cm_id *id, struct ferry_conn_param *conn_param)
 {
 	struct ferry_conn_param dflt;
 	struct cm_id_priv *priv;
+	struct cm_op op;
 
 	if (!id || !id->qp || !cm_param_ok(conn_param, FERRY_MAX_PRIVATE_DATA_ACCEPT))
 		return ERR(EINVAL);
 	priv = to_cm_id(id);
-	if (cm_thread_call(cm_accept_begin_op, priv) < 0)
+	op = (struct cm_op){ .id = priv, .param = cm_param_or_default(conn_param, &dflt) };
+	if (cm_id_call(priv, priv->tp, cm_accept_begin_op, &op) < 0)
 		return -1;
-	if (priv->tp->accept(priv, cm_param_or_default(conn_param, &dflt)) < 0) {
+	if (priv->tp->accept(priv, op.param) < 0) {
 		int e = errno;
 
-		cm_thread_call(cm_accept_failed_op, priv);
+		cm_id_call(priv, priv->tp, cm_accept_failed_op, priv);
 		return ERR(e);
 	}
 	return cm_sync_wait(priv, FERRY_CM_EVENT_ESTABLISHED);
@@ -548,7 +569,7 @@ int ferry_reject(struct ferry_cm_id *id, const void *private_data,
 	    (private_data_len && !private_data))
 		return ERR(EINVAL);
 	op.id = to_cm_id(id);
-	return cm_thread_call(cm_reject_op, &op);
+	return cm_id_call(op.id, op.id->tp, cm_reject_op, &op);
 }
 
 static int cm_disconnect_op(void *arg)
@@ -574,7 +595,7 @@ int ferry_disconnect(struct ferry_cm_id *id)
 {
 	if (!id)
 		return ERR(EINVAL);
-	return cm_thread_call(cm_disconnect_op, to_cm_id(id));
+	return cm_id_call(to_cm_id(id), to_cm_id(id)->tp, cm_disconnect_op, to_cm_id(id));
 }
 
 /* --- addresses and names --- */

@@ -13,11 +13,12 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <string.h>
 
 #include "cm-internal.h"
 
@@ -238,16 +239,21 @@ void cm_addr_source_for(const struct sockaddr *dst, struct sockaddr_storage *src
 
 uint16_t cm_addr_ephemeral_port(void)
 {
-	static uint32_t state;
-	static pid_t pid;
+	static _Atomic uint32_t state;
+	static _Atomic pid_t pid;
+	pid_t self = getpid();
+	uint32_t old, next;
 
-	if (pid != getpid()) {	/* a child must not repeat its parent's ports */
-		pid = getpid();
-		state = (uint32_t)time(NULL) ^ ((uint32_t)pid << 16) ^ 0x9e3779b9u;
+	if (atomic_load(&pid) != self) {	/* a child must not repeat its parent's ports */
+		atomic_store(&state, (uint32_t)time(NULL) ^ ((uint32_t)self << 16) ^ 0x9e3779b9u);
+		atomic_store(&pid, self);
 	}
-	/* xorshift32: cheap and good enough to spread ports */
-	state ^= state << 13;
-	state ^= state >> 17;
-	state ^= state << 5;
-	return (uint16_t)(32768 + state % (60999 - 32768 + 1));
+	/* xorshift32: cheap and good enough to spread ports; any thread */
+	old = atomic_load(&state);
+	do {
+		next = old ^ (old << 13);
+		next ^= next >> 17;
+		next ^= next << 5;
+	} while (!atomic_compare_exchange_weak(&state, &old, next));
+	return (uint16_t)(32768 + next % (60999 - 32768 + 1));
 }

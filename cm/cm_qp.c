@@ -193,8 +193,9 @@ void ferry_cm_destroy_qp(struct ferry_cm_id *id)
 		return;
 	priv = to_cm_id(id);
 	qp = id->qp;
-	/* The CM thread may be moving it to ERR right now: take it away there. */
-	if (qp && cm_thread_call(cm_qp_detach, priv) < 0)
+	/* The CM thread may be moving it to ERR right now: take it away there
+	 * (if the CM thread owns the id). */
+	if (qp && cm_id_call(priv, priv->tp, cm_qp_detach, priv) < 0)
 		id->qp = NULL;
 	if (qp && ferry_destroy_qp(qp) < 0)
 		ferry_warn("cm: destroying the QP of an id: %m");

@@ -229,8 +229,12 @@ int shm_cm_watch_hangup(struct shm_cm_id *st)
 {
 	st->sock_ev = event_new(cm_thread_base(), st->sock, EV_CLOSED,
 				shm_cm_on_hangup, st);
+	st->id->in_loop = true;
 	if (!st->sock_ev || event_add(st->sock_ev, NULL) < 0) {
 		ferry_warn("cm: cannot watch a connection for hang-up");
+		if (st->sock_ev)
+			event_free(st->sock_ev);
+		st->sock_ev = NULL;
 		return ERR(ENOMEM);
 	}
 	return 0;
@@ -267,6 +271,7 @@ static int shm_cm_disconnect(struct cm_id_priv *id)
 
 const struct cm_transport cm_shm_transport = {
 	.name = "shm",
+	.calls_inline = true,
 	.reaches = shm_cm_reaches,
 	.bind = shm_cm_bind,
 	.listen = shm_cm_listen,
@@ -274,6 +279,7 @@ const struct cm_transport cm_shm_transport = {
 	.resolve_route = shm_cm_resolve_route,
 	.qp_init = cm_qp_to_init_default,
 	.connect = shm_cm_connect,
+	.accept_begin = shm_cm_accept_begin,
 	.accept = shm_cm_accept,
 	.reject = shm_cm_reject,
 	.disconnect = shm_cm_disconnect,

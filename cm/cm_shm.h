@@ -2,7 +2,8 @@
  * cm_shm.h - what the files of the CM's shm transport share: cm_shm.c
  * (per-id state, sockets, the transport table), cm_shm_listen.c (bind,
  * listen, requests, accept, reject) and cm_shm_connect.c (the client).
- * Everything here runs in the CM thread unless said otherwise.
+ * Everything here runs in the thread that owns the id (cm-internal.h):
+ * the CM thread once it has an event of the id, before that the caller's.
  */
 #ifndef FERRY_CM_SHM_H
 #define FERRY_CM_SHM_H
@@ -82,6 +83,7 @@ int shm_cm_watch_hangup(struct shm_cm_id *st);
 /* cm_shm_listen.c */
 int shm_cm_bind(struct cm_id_priv *id);
 int shm_cm_listen(struct cm_id_priv *id, int backlog);
+int shm_cm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param *param);
 int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param);
 int shm_cm_reject(struct cm_id_priv *id, const void *pdata, uint8_t len);
 

@@ -166,6 +166,7 @@ static int shm_cm_send_request(struct shm_cm_id *st, int sock)
 		return 0;
 	}
 	st->sock_ev = event_new(cm_thread_base(), sock, EV_READ, shm_cm_on_reply, st);
+	st->id->in_loop = true;	/* and hands, with event_add, the id over */
 	if (!st->sock_ev || event_add(st->sock_ev, &tv) < 0) {
 		shm_cm_close_sock(st);
 		return ERR(ENOMEM);
@@ -186,6 +187,7 @@ static int shm_cm_retry_later(struct shm_cm_id *st)
 		return 0;
 	}
 	st->sock_ev = evtimer_new(cm_thread_base(), shm_cm_on_retry, st);
+	st->id->in_loop = true;
 	if (!st->sock_ev || evtimer_add(st->sock_ev, &tv) < 0)
 		return ERR(ENOMEM);
 	return 0;

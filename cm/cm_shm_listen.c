@@ -92,6 +92,7 @@ int shm_cm_listen(struct cm_id_priv *id, int backlog)
 	}
 	st->accept_ev = event_new(cm_thread_base(), st->bind_fd, EV_READ | EV_PERSIST,
 				  shm_cm_on_accept, st);
+	id->in_loop = true;
 	if (!st->accept_ev || event_add(st->accept_ev, NULL) < 0) {
 		if (st->accept_ev)
 			event_free(st->accept_ev);
@@ -253,16 +254,14 @@ static void shm_cm_on_request_gone(evutil_socket_t fd, short what, void *arg)
 
 /* --- accept and reject --- */
 
-struct shm_cm_accept_op {
-	struct cm_id_priv *id;
-	const struct ferry_conn_param *param;
-};
-
-/* CM thread: stop watching the socket and send ACCEPT. */
-static int shm_cm_accept_begin(void *arg)
+/*
+ * CM thread: stop watching the socket, send ACCEPT, and give the id to the
+ * caller's thread for the rest of ferry_accept: nothing in the loop leads
+ * to it until shm_cm_watch_hangup.
+ */
+int shm_cm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param *param)
 {
-	struct shm_cm_accept_op *op = arg;
-	struct shm_cm_id *st = shm_cm_state(op->id);
+	struct shm_cm_id *st = shm_cm_state(id);
 	struct cm_msg msg = { .type = CM_MSG_ACCEPT };
 
 	if (!st || st->sock < 0)
@@ -271,46 +270,31 @@ static int shm_cm_accept_begin(void *arg)
 		event_free(st->sock_ev);
 		st->sock_ev = NULL;
 	}
-	shm_cm_msg_param(&msg.param, op->param);
-	msg.pdata_len = op->param->private_data_len;
+	shm_cm_msg_param(&msg.param, param);
+	msg.pdata_len = param->private_data_len;
 	if (msg.pdata_len)
-		memcpy(msg.pdata, op->param->private_data, msg.pdata_len);
+		memcpy(msg.pdata, param->private_data, msg.pdata_len);
 	if (shm_cm_send(st->sock, &msg) < 0) {
-		ferry_info("cm: sending ACCEPT: %m");
-		return -1;
-	}
-	return 0;
-}
+		int e = errno;
 
-/* CM thread: connected; watch for hang-up and tell the user. */
-static int shm_cm_accept_end(void *arg)
-{
-	struct cm_id_priv *id = arg;
-	struct shm_cm_id *st = shm_cm_state(id);
-
-	if (shm_cm_watch_hangup(st) < 0)
-		return -1;
-	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, NULL);
-	return 0;
-}
-
-static int shm_cm_accept_abort(void *arg)
-{
-	struct shm_cm_id *st = shm_cm_state(arg);
-
-	if (st)
+		ferry_info("cm: sending ACCEPT: %s", strerror(e));
 		shm_cm_close_sock(st);
+		return ERR(e);
+	}
+	id->in_loop = false;
 	return 0;
 }
 
 /*
- * The caller's thread: the QP exchange waits for the client, whose side
- * runs in its CM thread (possibly ours), so it must not run in the CM
- * thread.  While ACCEPTING, the CM thread leaves st->sock alone.
+ * The caller's thread, which owns the id since shm_cm_accept_begin: the QP
+ * exchange waits for the client, whose side runs in its CM thread
+ * (possibly ours), so it must not run in the CM thread.  ESTABLISHED is
+ * reported before the hang-up watch starts: from then on the CM thread owns
+ * the id again, and a hang-up it sees finds the id established.
  */
 int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
 {
-	struct shm_cm_accept_op op = { .id = id, .param = param };
+	struct shm_cm_id *st = shm_cm_state(id);
 	struct cm_qp_param qpp = {
 		.max_rd_atomic = shm_cm_min(param->initiator_depth, id->peer.max_rd_atomic),
 		.max_dest_rd_atomic = param->responder_resources,
@@ -320,20 +304,23 @@ int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
 	uint32_t peer_qpn;
 	int e;
 
-	if (cm_thread_call(shm_cm_accept_begin, &op) < 0)
-		goto err_abort;
-	if (ferry_qp_exchange(id->id.qp, shm_cm_state(id)->sock, &peer_qpn) < 0) {
+	if (ferry_qp_exchange(id->id.qp, st->sock, &peer_qpn) < 0) {
 		ferry_info("cm: QP exchange with the client: %m");
-		goto err_abort;
+		goto err_close;
 	}
-	if (cm_qp_to_rts(id, peer_qpn, &qpp) < 0 ||
-	    cm_thread_call(shm_cm_accept_end, id) < 0)
-		goto err_abort;
+	if (cm_qp_to_rts(id, peer_qpn, &qpp) < 0)
+		goto err_close;
+	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, NULL);
+	if (shm_cm_watch_hangup(st) < 0) {
+		/* Unwatched, the connection could die unseen: end it now. */
+		shm_cm_close_sock(st);
+		cm_id_disconnected(id);
+	}
 	return 0;
 
-err_abort:
+err_close:
 	e = errno;
-	cm_thread_call(shm_cm_accept_abort, id);
+	shm_cm_close_sock(st);
 	return ERR(e);
 }
 

@@ -9,6 +9,7 @@
  *
  * cm_thread_call() hands a function to the loop (event_base_once, which
  * wakes the loop from any thread) and waits for it on a condition variable.
+ * cm_id_call() skips that round trip for an id the loop cannot reach.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -176,4 +177,25 @@ int cm_thread_call(int (*fn)(void *arg), void *arg)
 	pthread_mutex_unlock(&cm_thr.lock);
 	errno = call.err;
 	return call.ret;
+}
+
+/* Can a call on @id through @tp (NULL: any transport) run right here? */
+static bool cm_id_call_inline(const struct cm_id_priv *id, const struct cm_transport *tp)
+{
+	size_t i;
+
+	if (id->in_loop)
+		return false;
+	for (i = 0; i < cm_transports_count; i++)
+		if ((!tp || id->tp_data[i]) && !cm_transports[i]->calls_inline)
+			return false;
+	return !tp || tp->calls_inline;
+}
+
+int cm_id_call(struct cm_id_priv *id, const struct cm_transport *tp,
+	       int (*fn)(void *arg), void *arg)
+{
+	if (cm_id_call_inline(id, tp))
+		return fn(arg);
+	return cm_thread_call(fn, arg);
 }

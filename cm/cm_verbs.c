@@ -381,6 +381,12 @@ static int vcm_connect(struct cm_id_priv *id, const struct ferry_conn_param *par
 	return verbs_ret_errno(rdma_connect(st->rid, &rp));
 }
 
+/* CM thread: nothing to do before vcm_accept. */
+static int vcm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param *param)
+{
+	return 0;
+}
+
 /* Caller's thread: QP to RTS, then accept; ESTABLISHED is reported here. */
 static int vcm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
 {
@@ -550,6 +556,7 @@ static void vcm_on_events(evutil_socket_t fd, short what, void *arg)
 
 const struct cm_transport cm_verbs_transport = {
 	.name = "verbs",
+	.calls_inline = false,	/* librdmacm's events reach ids any time */
 	.reaches = vcm_reaches,
 	.bind = vcm_bind,
 	.listen = vcm_listen,
@@ -557,6 +564,7 @@ const struct cm_transport cm_verbs_transport = {
 	.resolve_route = vcm_resolve_route,
 	.qp_init = vcm_qp_init,
 	.connect = vcm_connect,
+	.accept_begin = vcm_accept_begin,
 	.accept = vcm_accept,
 	.reject = vcm_reject,
 	.disconnect = vcm_disconnect,

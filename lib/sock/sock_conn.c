@@ -235,14 +235,13 @@ void sock_conn_teardown(struct ferry_sock *s)
 			s->ready = p->next;
 		sock_free(p);
 	}
-	if (s->qp) {
-		ferry_cm_destroy_qp(s->id);
-		s->qp = NULL;
-	}
+	/* The id first: once the CM has let go of it, its QP goes without
+	 * another trip to the CM thread. */
 	if (s->id) {
-		ferry_destroy_id(s->id);
+		ferry_destroy_id(s->id);	/* and s->qp */
 		s->id = NULL;
 	}
+	s->qp = NULL;
 	if (s->cq) {
 		ferry_destroy_cq(s->cq);
 		s->cq = NULL;
