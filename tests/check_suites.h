@@ -19,5 +19,6 @@ Suite *cm_msg_suite(void);
 Suite *cm_suite(void);
 Suite *cm_robust_suite(void);
 Suite *sock_suite(void);
+Suite *config_suite(void);
 
 #endif /* FERRY_CHECK_SUITES_H */
