@@ -24,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <time.h>
@@ -31,10 +32,55 @@
 
 #include "sock-internal.h"
 
+/*
+ * A ring size from the environment (FERRY_RBUF, FERRY_SBUF): bytes, with
+ * an optional k, m or g suffix (powers of 1024), clamped to the limits.
+ * Read once per variable; an unusable value is reported and ignored.
+ */
+static uint32_t sock_env_size(const char *name, _Atomic uint32_t *cache)
+{
+	uint32_t v = atomic_load_explicit(cache, memory_order_relaxed);
+	const char *env;
+	unsigned long long n;
+	char *end;
+
+	if (v)
+		return v;
+	v = SOCK_DEF_BUF_SIZE;
+	env = getenv(name);
+	if (env && *env) {
+		unsigned int shift = 0;
+		bool digits;
+
+		errno = 0;
+		n = strtoull(env, &end, 10);
+		digits = end != env;
+		if (*end && strchr("kK", *end))
+			shift = 10;
+		else if (*end && strchr("mM", *end))
+			shift = 20;
+		else if (*end && strchr("gG", *end))
+			shift = 30;
+		end += shift ? 1 : 0;
+		if (errno || *end || !digits || env[0] == '-' || n > (1ull << 40) >> shift) {
+			ferry_warn("%s=%s is not a size in bytes (k, m, g suffixes): using %u",
+				   name, env, v);
+		} else {
+			n <<= shift;
+			v = n < SOCK_MIN_BUF_SIZE ? SOCK_MIN_BUF_SIZE :
+			    n > SOCK_MAX_BUF_SIZE ? SOCK_MAX_BUF_SIZE : (uint32_t)n;
+		}
+	}
+	atomic_store_explicit(cache, v, memory_order_relaxed);
+	return v;
+}
+
 void sock_opt_defaults(struct ferry_sock *s)
 {
-	s->sbuf_size = SOCK_DEF_BUF_SIZE;
-	s->rbuf_size = SOCK_DEF_BUF_SIZE;
+	static _Atomic uint32_t env_sbuf, env_rbuf;
+
+	s->sbuf_size = sock_env_size("FERRY_SBUF", &env_sbuf);
+	s->rbuf_size = sock_env_size("FERRY_RBUF", &env_rbuf);
 	s->sq_size = SOCK_DEF_QP_SIZE;
 	s->rq_size = SOCK_DEF_QP_SIZE;
 	s->inline_size = SOCK_DEF_INLINE;
