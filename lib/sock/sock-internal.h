@@ -257,6 +257,21 @@ void sock_table_clear(int fd);
 struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec);
 void sock_free(struct ferry_sock *s);
 int sock_epoll_add(struct ferry_sock *s, int fd);
+/*
+ * sock_renumber - move the socket named @from onto fd number @to (which it
+ * replaces, as dup3 does; close-on-exec set).  For the preload shim, whose
+ * sockets must keep the number the application already holds.
+ */
+int sock_renumber(int from, int to);
+/*
+ * sock_forget - let go of socket @fd in this process without a word to the
+ * peer, for the preload shim when another process (after fork) still holds
+ * the connection.  Only the fd and the keepalive entry are released: the
+ * QP, rings and CM id are shared with that process through mappings and
+ * fds, and undoing them here would end its connection; their memory and
+ * internal fds stay until this process exits.
+ */
+void sock_forget(int fd);
 void sock_epoll_del(struct ferry_sock *s, int fd);
 
 /* --- sock_conn.c: CM setup --- */
@@ -298,6 +313,11 @@ size_t sock_iomap_tail_size(uint32_t entries);
 /* An IOMAP_SGL immediate for slot @index arrived (cqlock held). */
 void sock_iomap_take(struct ferry_sock *s, uint32_t index);
 void sock_iomap_free_all(struct ferry_sock *s);
+
+/* --- sock_poll.c --- */
+/* What of @events (POLLIN, POLLOUT, ...) @s has now, after taking its
+ * completions and CM events. */
+short sock_revents(struct ferry_sock *s, short events);
 
 /* --- sock_wait.c --- */
 uint64_t sock_now_ns(void);

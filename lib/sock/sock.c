@@ -92,6 +92,28 @@ int sock_epoll_add(struct ferry_sock *s, int fd)
 	return 0;
 }
 
+int sock_renumber(int from, int to)
+{
+	struct ferry_sock *s = sock_get(from);
+
+	if (!s)
+		return -1;
+	if (from == to)
+		return 0;
+	if (dup3(from, to, O_CLOEXEC) < 0)
+		return -1;
+	if (sock_table_set(to, s) < 0) {
+		int e = errno;
+
+		close(to);
+		return ERR(e);
+	}
+	sock_table_clear(from);
+	s->fd = to;
+	close(from);
+	return 0;
+}
+
 void sock_epoll_del(struct ferry_sock *s, int fd)
 {
 	epoll_ctl(s->fd, EPOLL_CTL_DEL, fd, NULL);
@@ -365,6 +387,17 @@ static void sock_close_connected(struct ferry_sock *s)
 		sock_drain_sends(s, wait_ms);
 	if (s->id)
 		ferry_disconnect(s->id);
+}
+
+void sock_forget(int fd)
+{
+	struct ferry_sock *s = sock_get(fd);
+
+	if (!s)
+		return;
+	sock_table_clear(fd);
+	sock_ka_forget(s);
+	close(s->fd);
 }
 
 int ferry_sock_close(int fd)

@@ -18,7 +18,7 @@
 
 #define SOCK_POLL_STACK 64
 
-static short sock_revents(struct ferry_sock *s, short events)
+short sock_revents(struct ferry_sock *s, short events)
 {
 	short rev = 0;
 	unsigned int closed;

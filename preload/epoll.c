@@ -1,0 +1,413 @@
+/*
+ * epoll.c - epoll sets holding ferry sockets and listeners.
+ *
+ * A managed fd never goes into the application's epoll set itself: its
+ * readiness is not its fd's.  The set's entry in the fd table (FP_EPOLL)
+ * keeps the managed items instead, and a hidden epoll set of the shim's
+ * own holds their wake fds (data: the item) and the application's set
+ * itself (data: NULL), so one sleep waits for both kinds.
+ *
+ * epoll_wait first looks at the items that may have changed -- those whose
+ * wake fd fired, new or modified ones, and level-triggered ones that were
+ * ready last time -- then at the kernel's set without sleeping.  An item
+ * found not ready is armed (its next completion raises its wake fd) and
+ * looked at once more, so nothing that happens between the look and the
+ * sleep is missed.  Edge-triggered items are armed again after each
+ * report, so new data raises a new edge as it does in the kernel; ONESHOT
+ * items are disabled after one report until EPOLL_CTL_MOD.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "preload.h"
+#include "sock-internal.h"
+
+#define FP_EP_SPIN_ITEMS 64	/* spin over every item only in sets this small */
+
+struct fp_ep_item {
+	int fd;
+	struct fp_fd *e;
+	uint32_t events;
+	epoll_data_t data;
+	bool pending;			/* may have changed: look at it */
+	bool ready;			/* level-triggered and ready at the last look */
+	bool et_seen;			/* edge-triggered: reported ready, no edge since */
+	bool disabled;			/* ONESHOT item reported */
+	struct fp_ep_item *next;
+};
+
+struct fp_ep {
+	int hidden;
+	pthread_mutex_t lock;
+	struct fp_ep_item *items;
+	int nitems;
+	struct fp_ep *next;		/* in fp_eps */
+};
+
+static struct fp_ep *fp_eps;
+static pthread_mutex_t fp_eps_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct fp_ep *fp_ep_get(int epfd, bool create)
+{
+	struct fp_fd *e = fp_get(epfd);
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	struct fp_ep *ep;
+
+	if (e && e->kind == FP_EPOLL)
+		return e->ep;
+	if (!create || e)
+		return NULL;
+	ep = calloc(1, sizeof(*ep));
+	e = fp_new(FP_EPOLL, 0);
+	if (!ep || !e)
+		goto fail;
+	pthread_mutex_init(&ep->lock, NULL);
+	ep->hidden = fp_real.epoll_create1(EPOLL_CLOEXEC);
+	if (ep->hidden < 0)
+		goto fail;
+	ep->hidden = fp_hide_fd(ep->hidden);
+	if (fp_real.epoll_ctl(ep->hidden, EPOLL_CTL_ADD, epfd, &ev) < 0) {
+		fp_real.close(ep->hidden);
+		goto fail;
+	}
+	e->ep = ep;
+	pthread_mutex_lock(&fp_eps_lock);
+	ep->next = fp_eps;
+	fp_eps = ep;
+	pthread_mutex_unlock(&fp_eps_lock);
+	fp_set(epfd, e);
+	return ep;
+fail:
+	free(ep);
+	fp_free(e);
+	return NULL;
+}
+
+static int fp_ep_wake_fds(struct fp_ep_item *it, int wfd[2])
+{
+	struct ferry_sock *s;
+	int n = 0;
+
+	FP_ENTER();
+	if (it->e->kind == FP_FERRY) {
+		s = sock_get(it->e->sfd);
+		if (s)
+			wfd[n++] = s->fd;
+	} else {
+		wfd[n++] = it->fd;
+		s = sock_get(it->e->ferry_fd);
+		if (s)
+			wfd[n++] = s->fd;
+	}
+	FP_LEAVE();
+	return n;
+}
+
+static void fp_ep_watch(struct fp_ep *ep, struct fp_ep_item *it, bool on)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = it };
+	int wfd[2], n, i;
+
+	n = fp_ep_wake_fds(it, wfd);
+	for (i = 0; i < n; i++)
+		fp_real.epoll_ctl(ep->hidden, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, wfd[i], &ev);
+}
+
+static struct fp_ep_item *fp_ep_find(struct fp_ep *ep, int fd, struct fp_ep_item ***prev)
+{
+	struct fp_ep_item **pp, *it;
+
+	for (pp = &ep->items; (it = *pp); pp = &it->next)
+		if (it->fd == fd)
+			break;
+	if (prev)
+		*prev = pp;
+	return it;
+}
+
+FP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	struct fp_ep_item *it, **pp;
+	struct fp_fd *e;
+	struct fp_ep *ep;
+	int ret = 0;
+
+	fp_real_init();
+	e = fp_inside() ? NULL : fp_get(fd);
+	if (!fp_is_managed(e))
+		return fp_real.epoll_ctl(epfd, op, fd, ev);
+	if (op != EPOLL_CTL_DEL && !ev)
+		return ERR(EFAULT);
+	if (fp_real.fcntl(epfd, F_GETFD) < 0)
+		return -1;
+	if (epfd == fd)
+		return ERR(EINVAL);
+	ep = fp_ep_get(epfd, op == EPOLL_CTL_ADD);
+	if (!ep)
+		return ERR(op == EPOLL_CTL_ADD ? ENOMEM : ENOENT);
+	pthread_mutex_lock(&ep->lock);
+	it = fp_ep_find(ep, fd, &pp);
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		if (it) {
+			ret = ERR(EEXIST);
+			break;
+		}
+		it = calloc(1, sizeof(*it));
+		if (!it) {
+			ret = ERR(ENOMEM);
+			break;
+		}
+		it->fd = fd;
+		it->e = e;
+		it->events = ev->events;
+		it->data = ev->data;
+		it->pending = true;
+		it->next = ep->items;
+		ep->items = it;
+		ep->nitems++;
+		fp_ep_watch(ep, it, true);
+		break;
+	case EPOLL_CTL_MOD:
+		if (!it) {
+			ret = ERR(ENOENT);
+			break;
+		}
+		if (ev->events & EPOLLEXCLUSIVE) {
+			ret = ERR(EINVAL);
+			break;
+		}
+		it->events = ev->events;
+		it->data = ev->data;
+		it->disabled = false;
+		it->et_seen = false;
+		it->pending = true;
+		break;
+	case EPOLL_CTL_DEL:
+		if (!it) {
+			ret = ERR(ENOENT);
+			break;
+		}
+		fp_ep_watch(ep, it, false);
+		*pp = it->next;
+		ep->nitems--;
+		free(it);
+		break;
+	default:
+		ret = ERR(EINVAL);
+	}
+	pthread_mutex_unlock(&ep->lock);
+	return ret;
+}
+
+/* Arm @it so that its next change raises its wake fd. */
+static void fp_ep_arm(struct fp_ep_item *it)
+{
+	struct ferry_sock *s;
+
+	if (it->e->kind != FP_FERRY)
+		return;	/* a listener's fds are raised without arming */
+	FP_ENTER();
+	s = sock_get(it->e->sfd);
+	if (s)
+		sock_wait_arm(s);
+	FP_LEAVE();
+}
+
+/*
+ * Look at the items (every one if @all, else those that may have changed)
+ * and fill @out with those to report; ep->lock held.
+ */
+static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, bool all)
+{
+	struct fp_ep_item *it;
+	short rev;
+	int n = 0;
+
+	for (it = ep->items; it && n < max; it = it->next) {
+		bool et = it->events & EPOLLET;
+
+		if (it->disabled || (!all && !it->pending && !it->ready))
+			continue;
+		rev = fp_revents(it->fd, it->e, (short)(it->events & 0xffff));
+		rev &= (short)(it->events | EPOLLERR | EPOLLHUP);
+		if (!rev) {
+			fp_ep_arm(it);
+			rev = fp_revents(it->fd, it->e, (short)(it->events & 0xffff));
+			rev &= (short)(it->events | EPOLLERR | EPOLLHUP);
+		}
+		if (!rev) {
+			it->pending = it->ready = it->et_seen = false;
+			continue;
+		}
+		if (et && it->et_seen && !it->pending)
+			continue;	/* no new edge */
+		out[n].events = (uint32_t)(unsigned short)rev;
+		out[n++].data = it->data;
+		it->pending = false;
+		it->ready = !et;
+		if (et) {
+			it->et_seen = true;
+			fp_ep_arm(it);
+		}
+		if (it->events & EPOLLONESHOT)
+			it->disabled = true;
+	}
+	return n;
+}
+
+/* The hidden set fired: drain the wake fds and mark their items. */
+static void fp_ep_woken(struct fp_ep *ep, struct epoll_event *hev, int n)
+{
+	struct ferry_sock *s;
+	int i;
+
+	pthread_mutex_lock(&ep->lock);
+	for (i = 0; i < n; i++) {
+		struct fp_ep_item *it = hev[i].data.ptr, *x;
+
+		if (!it)
+			continue;
+		for (x = ep->items; x && x != it; x = x->next)
+			;
+		if (!x)
+			continue;	/* removed meanwhile */
+		it->pending = true;
+		if (it->e->kind != FP_FERRY)
+			continue;
+		FP_ENTER();
+		s = sock_get(it->e->sfd);
+		if (s && sock_wait_lead(s)) {
+			sock_wait_drain(s);
+			sock_wait_release(s);
+		}
+		FP_LEAVE();
+	}
+	pthread_mutex_unlock(&ep->lock);
+}
+
+static int fp_epoll_wait(int epfd, struct epoll_event *events, int max, int64_t timeout_ns,
+			 const sigset_t *mask)
+{
+	struct fp_ep *ep = fp_inside() ? NULL : fp_ep_get(epfd, false);
+	uint64_t start, deadline, spin_end;
+	struct epoll_event hev[64];
+	int n, k, ms;
+
+	if (!ep || !ep->nitems) {
+		ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
+		return fp_real.epoll_pwait(epfd, events, max, ms, mask);
+	}
+	if (max <= 0 || !events)
+		return ERR(EINVAL);
+	start = fp_now_ns();
+	deadline = timeout_ns < 0 ? 0 : start + (uint64_t)timeout_ns;
+	spin_end = start + (uint64_t)sock_poll_us() * 1000u;
+	for (;;) {
+		bool spinning = fp_now_ns() < spin_end && ep->nitems <= FP_EP_SPIN_ITEMS;
+
+		pthread_mutex_lock(&ep->lock);
+		n = fp_ep_collect(ep, events, max, spinning);
+		pthread_mutex_unlock(&ep->lock);
+		if (n < max) {
+			k = fp_real.epoll_wait(epfd, events + n, max - n, 0);
+			if (k < 0 && !n)
+				return -1;
+			n += k > 0 ? k : 0;
+		}
+		if (n || timeout_ns == 0)
+			return n;
+		if (spinning)
+			continue;
+		ms = -1;
+		if (deadline) {
+			uint64_t now = fp_now_ns();
+
+			if (now >= deadline)
+				return 0;
+			ms = (int)((deadline - now + 999999) / 1000000);
+		}
+		k = fp_real.epoll_pwait(ep->hidden, hev, 64, ms, mask);
+		if (k < 0)
+			return -1;
+		fp_ep_woken(ep, hev, k);
+	}
+}
+
+FP_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)
+{
+	fp_real_init();
+	return fp_epoll_wait(epfd, events, max, timeout < 0 ? -1 : (int64_t)timeout * 1000000,
+			     NULL);
+}
+
+FP_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout,
+			  const sigset_t *mask)
+{
+	fp_real_init();
+	return fp_epoll_wait(epfd, events, max, timeout < 0 ? -1 : (int64_t)timeout * 1000000,
+			     mask);
+}
+
+FP_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int max,
+			   const struct timespec *tmo, const sigset_t *mask)
+{
+	fp_real_init();
+	if (!fp_real.epoll_pwait2)
+		return ERR(ENOSYS);
+	if (fp_inside() || !fp_ep_get(epfd, false))
+		return fp_real.epoll_pwait2(epfd, events, max, tmo, mask);
+	return fp_epoll_wait(epfd, events, max,
+			     tmo ? tmo->tv_sec * 1000000000ll + tmo->tv_nsec : -1, mask);
+}
+
+/* @fd is closing: no set reports it any more. */
+void fp_epoll_forget(int fd)
+{
+	struct fp_ep_item *it, **pp;
+	struct fp_ep *ep;
+
+	pthread_mutex_lock(&fp_eps_lock);
+	for (ep = fp_eps; ep; ep = ep->next) {
+		pthread_mutex_lock(&ep->lock);
+		it = fp_ep_find(ep, fd, &pp);
+		if (it) {
+			fp_ep_watch(ep, it, false);
+			*pp = it->next;
+			ep->nitems--;
+			free(it);
+		}
+		pthread_mutex_unlock(&ep->lock);
+	}
+	pthread_mutex_unlock(&fp_eps_lock);
+}
+
+/* The application closed epoll set @ep (its last name). */
+void fp_epoll_free(struct fp_ep *ep)
+{
+	struct fp_ep **pp, *it;
+	struct fp_ep_item *item;
+
+	pthread_mutex_lock(&fp_eps_lock);
+	for (pp = &fp_eps; (it = *pp); pp = &it->next) {
+		if (it == ep) {
+			*pp = ep->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fp_eps_lock);
+	while ((item = ep->items)) {
+		ep->items = item->next;
+		free(item);
+	}
+	fp_real.close(ep->hidden);
+	pthread_mutex_destroy(&ep->lock);
+	free(ep);
+}

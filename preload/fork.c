@@ -1,0 +1,104 @@
+/*
+ * fork.c - ferry sockets shared between processes by fork().
+ *
+ * After fork both processes hold each connection, as they would hold a
+ * TCP socket; the connection must end only when the last of them closes
+ * it (or exits).  Each ferry socket has a reference count in memory shared
+ * by all the processes descended from the one that made it: fork() adds
+ * one to every socket's count, close() takes one, and only the close that
+ * takes the last one ends the connection in order; the others let go of
+ * their own copy (lib/sock's sock_forget).  A process that exits without
+ * closing ends its connections the same way from a destructor.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "preload.h"
+#include "sock-internal.h"
+
+/* Pages of counts, shared (MAP_SHARED): a slot is free when it reads 0. */
+#define FP_REF_PAGE_SLOTS	1024
+#define FP_REF_PAGES		64
+
+static _Atomic int *fp_ref_pages[FP_REF_PAGES];
+static pthread_mutex_t fp_ref_lock = PTHREAD_MUTEX_INITIALIZER;
+
+_Atomic int *fp_ref_new(void)
+{
+	int p, i, zero;
+
+	pthread_mutex_lock(&fp_ref_lock);
+	for (p = 0; p < FP_REF_PAGES; p++) {
+		if (!fp_ref_pages[p]) {
+			void *m = mmap(NULL, FP_REF_PAGE_SLOTS * sizeof(int),
+				       PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+			if (m == MAP_FAILED)
+				break;
+			fp_ref_pages[p] = m;
+		}
+		for (i = 0; i < FP_REF_PAGE_SLOTS; i++) {
+			zero = 0;
+			if (atomic_compare_exchange_strong(&fp_ref_pages[p][i], &zero, 1)) {
+				pthread_mutex_unlock(&fp_ref_lock);
+				return &fp_ref_pages[p][i];
+			}
+		}
+	}
+	pthread_mutex_unlock(&fp_ref_lock);
+	errno = ENOMEM;
+	return NULL;
+}
+
+bool fp_ref_put(_Atomic int *ref)
+{
+	return !ref || atomic_fetch_sub(ref, 1) == 1;
+}
+
+static void fp_fork_ref(int fd, struct fp_fd *e, void *arg)
+{
+	int delta = *(int *)arg;
+
+	(void)fd;
+	/* Each entry once, however many names it has: its first name. */
+	if (e->kind == FP_FERRY && e->refs && fd == e->sfd)
+		atomic_fetch_add(e->refs, delta);
+}
+
+FP_EXPORT pid_t fork(void)
+{
+	int up = 1, down = -1;
+	pid_t pid;
+
+	fp_real_init();
+	if (fp_inside())
+		return fp_real.fork();
+	fp_for_each(fp_fork_ref, &up);
+	pid = fp_real.fork();
+	if (pid < 0) {
+		int err = errno;
+
+		fp_for_each(fp_fork_ref, &down);
+		errno = err;
+	}
+	return pid;
+}
+
+/* At exit: what the process still holds ends as close() would end it. */
+static void fp_exit_close(int fd, struct fp_fd *e, void *arg)
+{
+	(void)arg;
+	if (e->kind == FP_FERRY && fd == e->sfd)
+		close(fd);
+}
+
+__attribute__((destructor)) static void fp_fork_exit(void)
+{
+	if (fp_real.close && !fp_inside())
+		fp_for_each(fp_exit_close, NULL);
+}

@@ -1,0 +1,307 @@
+/*
+ * io.c - the data calls: read, write, send, recv and their vector,
+ * message and file variants.  A ferry socket's go to lib/sock; every other
+ * fd's straight to libc.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/sendfile.h>
+#include <unistd.h>
+
+#include "preload.h"
+#include "sock-internal.h"
+
+/* The ferry socket @fd names, as lib/sock's number, or -1. */
+static inline int fp_ferry(int fd)
+{
+	struct fp_fd *e;
+
+	if (fp_inside())
+		return -1;
+	e = fp_get(fd);
+	return e && e->kind == FP_FERRY ? e->sfd : -1;
+}
+
+#define FP_CALL(expr) ({ __typeof__(expr) r_; FP_ENTER(); r_ = (expr); FP_LEAVE(); r_; })
+
+FP_EXPORT ssize_t read(int fd, void *buf, size_t n)
+{
+	int s = fp_ferry(fd);
+
+	if (s < 0) {
+		fp_real_init();
+		return fp_real.read(fd, buf, n);
+	}
+	return FP_CALL(ferry_sock_read(s, buf, n));
+}
+
+FP_EXPORT ssize_t write(int fd, const void *buf, size_t n)
+{
+	int s = fp_ferry(fd);
+
+	if (s < 0) {
+		fp_real_init();
+		return fp_real.write(fd, buf, n);
+	}
+	return FP_CALL(ferry_sock_write(s, buf, n));
+}
+
+FP_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
+{
+	int s = fp_ferry(fd);
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.readv(fd, iov, n);
+	return FP_CALL(ferry_sock_readv(s, iov, n));
+}
+
+FP_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
+{
+	int s = fp_ferry(fd);
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.writev(fd, iov, n);
+	return FP_CALL(ferry_sock_writev(s, iov, n));
+}
+
+FP_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
+{
+	int s = fp_ferry(fd);
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.recv(fd, buf, n, flags);
+	return FP_CALL(ferry_sock_recv(s, buf, n, flags));
+}
+
+FP_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr,
+			   socklen_t *len)
+{
+	int s = fp_ferry(fd);
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.recvfrom(fd, buf, n, flags, addr, len);
+	return FP_CALL(ferry_sock_recvfrom(s, buf, n, flags, addr, len));
+}
+
+FP_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	int s = fp_ferry(fd);
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.recvmsg(fd, msg, flags);
+	return FP_CALL(ferry_sock_recvmsg(s, msg, flags));
+}
+
+FP_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
+{
+	int s = fp_ferry(fd);
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.send(fd, buf, n, flags);
+	return FP_CALL(ferry_sock_send(s, buf, n, flags));
+}
+
+FP_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
+			 const struct sockaddr *addr, socklen_t len)
+{
+	int s = fp_ferry(fd);
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.sendto(fd, buf, n, flags, addr, len);
+	return FP_CALL(ferry_sock_sendto(s, buf, n, flags, addr, len));
+}
+
+FP_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	int s = fp_ferry(fd);
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.sendmsg(fd, msg, flags);
+	return FP_CALL(ferry_sock_sendmsg(s, msg, flags));
+}
+
+/*
+ * The mmsg calls on a stream: one message after the other, as many as go
+ * through; the first failure ends the batch (reported only if it is the
+ * first message, as the kernel does).
+ */
+FP_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags,
+		       struct timespec *timeout)
+{
+	int s = fp_ferry(fd);
+	unsigned int i;
+	ssize_t r;
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.recvmmsg(fd, v, n, flags, timeout);
+	for (i = 0; i < n; i++) {
+		r = FP_CALL(ferry_sock_recvmsg(s, &v[i].msg_hdr,
+					       i ? flags | MSG_DONTWAIT : flags));
+		if (r < 0)
+			return i ? (int)i : -1;
+		v[i].msg_len = (unsigned int)r;
+		if (r == 0 || (flags & MSG_WAITFORONE))
+			return (int)i + 1;
+	}
+	return (int)n;
+}
+
+FP_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
+{
+	int s = fp_ferry(fd);
+	unsigned int i;
+	ssize_t r;
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.sendmmsg(fd, v, n, flags);
+	for (i = 0; i < n; i++) {
+		r = FP_CALL(ferry_sock_sendmsg(s, &v[i].msg_hdr, flags));
+		if (r < 0)
+			return i ? (int)i : -1;
+		v[i].msg_len = (unsigned int)r;
+	}
+	return (int)n;
+}
+
+/*
+ * sendfile to a ferry socket: the file's bytes through a buffer.  Each
+ * chunk read is written whole (blocking, whatever the socket's flag)
+ * before the next is read, so nothing taken from the file is lost; the
+ * file offset moves only by what was sent.
+ */
+static ssize_t fp_sendfile(int s, int in, off_t *off, size_t count)
+{
+	char buf[64 * 1024];
+	size_t done = 0, chunk;
+	ssize_t r, w, put;
+	off_t pos = off ? *off : 0;
+
+	while (done < count) {
+		chunk = count - done < sizeof(buf) ? count - done : sizeof(buf);
+		r = off ? pread(in, buf, chunk, pos) : fp_real.read(in, buf, chunk);
+		if (r <= 0) {
+			if (r < 0 && !done)
+				return -1;
+			break;
+		}
+		for (put = 0; put < r; put += w) {
+			w = FP_CALL(ferry_sock_send(s, buf + put, (size_t)(r - put), 0));
+			if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+				struct pollfd p = { .fd = s, .events = POLLOUT };
+
+				FP_CALL(ferry_sock_poll(&p, 1, -1));
+				w = 0;
+				continue;
+			}
+			if (w < 0) {
+				/* Unsent bytes go back to the file's offset. */
+				if (!off)
+					lseek(in, put - r, SEEK_CUR);
+				done += (size_t)put;
+				if (off)
+					*off = pos + put;
+				return done ? (ssize_t)done : -1;
+			}
+		}
+		done += (size_t)r;
+		pos += r;
+		if ((size_t)r < chunk)
+			break;
+	}
+	if (off)
+		*off = pos;
+	return (ssize_t)done;
+}
+
+FP_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
+{
+	int s = fp_ferry(out);
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.sendfile(out, in, off, count);
+	return fp_sendfile(s, in, off, count);
+}
+
+FP_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t count)
+{
+	int s = fp_ferry(out);
+
+	fp_real_init();
+	if (s < 0)
+		return fp_real.sendfile64(out, in, off, count);
+	return fp_sendfile(s, in, off, count);
+}
+
+/*
+ * splice with a ferry socket at one end (the other must be a pipe, as for
+ * the kernel's splice): through a buffer.  Into a ferry socket, what is
+ * taken from the pipe is all written; out of one, only what the pipe can
+ * take is read (16 KiB at most, a quarter of a pipe) and then all written,
+ * waiting for the pipe's reader if need be; only a pipe whose reader is
+ * gone (EPIPE) loses what was read.
+ */
+FP_EXPORT ssize_t splice(int in, loff_t *in_off, int out, loff_t *out_off, size_t len,
+			 unsigned int flags)
+{
+	int sin = fp_ferry(in), sout = fp_ferry(out);
+	char buf[64 * 1024];
+	ssize_t r, w, put;
+
+	fp_real_init();
+	if (sin < 0 && sout < 0)
+		return fp_real.splice(in, in_off, out, out_off, len, flags);
+	if ((sin >= 0 && in_off) || (sout >= 0 && out_off) || (sin >= 0 && sout >= 0))
+		return ERR(ESPIPE);
+	if (len > sizeof(buf))
+		len = sizeof(buf);
+	if (sout >= 0) {
+		r = in_off ? pread(in, buf, len, *in_off) : fp_real.read(in, buf, len);
+		if (r <= 0)
+			return r;
+		if (in_off)
+			*in_off += r;
+		for (put = 0; put < r; put += w) {
+			w = FP_CALL(ferry_sock_send(sout, buf + put, (size_t)(r - put), 0));
+			if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+				struct pollfd p = { .fd = sout, .events = POLLOUT };
+
+				FP_CALL(ferry_sock_poll(&p, 1, -1));
+				w = 0;
+			} else if (w < 0) {
+				return put ? put : -1;
+			}
+		}
+		return r;
+	}
+	r = FP_CALL(ferry_sock_recv(sin, buf, len > 16384 ? 16384 : len,
+				    (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0));
+	if (r <= 0)
+		return r;
+	for (put = 0; put < r; put += w) {
+		w = out_off ? pwrite(out, buf + put, (size_t)(r - put), *out_off + put) :
+			      fp_real.write(out, buf + put, (size_t)(r - put));
+		if (w < 0 && errno != EINTR && errno != EAGAIN)
+			return put ? put : -1;
+		if (w < 0)
+			w = 0;
+	}
+	if (out_off)
+		*out_off += r;
+	return r;
+}

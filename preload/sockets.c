@@ -1,0 +1,738 @@
+/*
+ * sockets.c - the life of a socket under the shim: socket, connect,
+ * listen, accept, close, dup, and the calls about a socket rather than
+ * its data (options, names, fcntl, ioctl, shutdown).
+ *
+ * The choice (see ferry(7), "The preload shim"):
+ *
+ *   socket()   always the kernel's socket; a TCP one is remembered (FP_TCP).
+ *   connect()  first a ferry connection to the same address: shm finds the
+ *              destination's ferry listener through the CM's rendezvous
+ *              name (no listener: refused at once, no packet sent), and an
+ *              RDMA device through rdma_cm, which the peer must accept.  If
+ *              that is refused or fails in any way, the kernel TCP connect
+ *              the program asked for, on its untouched socket.  On success
+ *              the ferry socket takes over the program's fd number.
+ *   listen()   the kernel listen, then a ferry listener on the same address
+ *              and port; accept() serves both queues in turn.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
+#include <unistd.h>
+
+#include "preload.h"
+#include "sock-internal.h"
+
+static const char *fp_addr_str(const struct sockaddr *sa, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		snprintf(buf, len, "%s:%u", host, ntohs(in->sin_port));
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		snprintf(buf, len, "[%s]:%u", host, ntohs(in6->sin6_port));
+	} else {
+		snprintf(buf, len, "(family %d)", sa->sa_family);
+	}
+	return buf;
+}
+
+/* --- socket --- */
+
+FP_EXPORT int socket(int domain, int type, int protocol)
+{
+	struct fp_fd *e;
+	int fd;
+
+	fp_real_init();
+	fd = fp_real.socket(domain, type, protocol);
+	if (fd < 0 || fp_inside() || !fp_enabled())
+		return fd;
+	if ((domain == AF_INET || domain == AF_INET6) &&
+	    (type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) == SOCK_STREAM &&
+	    (protocol == 0 || protocol == IPPROTO_TCP)) {
+		e = fp_new(FP_TCP, domain);
+		if (e) {
+			e->nonblock = type & SOCK_NONBLOCK;
+			fp_free(fp_set(fd, e));
+		}
+	} else {
+		/* A number the table still names from an fd closed behind the
+		 * shim's back (close_range, a raw syscall) is stale. */
+		fp_free(fp_set(fd, NULL));
+	}
+	return fd;
+}
+
+/* Options set on a socket before it became a ferry socket, replayed. */
+static void fp_replay_options(int sfd, const struct fp_fd *e)
+{
+	int on = 1;
+
+	if (e->rcvbuf)
+		ferry_sock_setsockopt(sfd, SOL_SOCKET, SO_RCVBUF, &e->rcvbuf, sizeof(int));
+	if (e->sndbuf)
+		ferry_sock_setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &e->sndbuf, sizeof(int));
+	if (e->nodelay)
+		ferry_sock_setsockopt(sfd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+	if (e->keepalive)
+		ferry_sock_setsockopt(sfd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	if (e->keepidle)
+		ferry_sock_setsockopt(sfd, IPPROTO_TCP, TCP_KEEPIDLE, &e->keepidle, sizeof(int));
+	if (e->keepintvl)
+		ferry_sock_setsockopt(sfd, IPPROTO_TCP, TCP_KEEPINTVL, &e->keepintvl,
+				      sizeof(int));
+	if (e->keepcnt)
+		ferry_sock_setsockopt(sfd, IPPROTO_TCP, TCP_KEEPCNT, &e->keepcnt, sizeof(int));
+	if (e->linger_set)
+		ferry_sock_setsockopt(sfd, SOL_SOCKET, SO_LINGER, &e->linger, sizeof(e->linger));
+}
+
+/* --- connect --- */
+
+/*
+ * Try ferry for @fd's connect to @addr.  Returns 0 when the ferry socket
+ * now holds @fd's number, -1 (errno: why) when the kernel should connect.
+ */
+static int fp_connect_ferry(int fd, struct fp_fd *e, const struct sockaddr *addr,
+			    socklen_t len)
+{
+	int sfd, err;
+
+	FP_ENTER();
+	sfd = ferry_socket(e->domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (sfd < 0)
+		goto fail;
+	fp_replay_options(sfd, e);
+	/* Blocking, whatever the program's flag: the answer decides which
+	 * transport the program's socket will be, before it returns. */
+	if (ferry_sock_connect(sfd, addr, len) < 0 || sock_renumber(sfd, fd) < 0) {
+		err = errno;
+		ferry_sock_close(sfd);
+		errno = err;
+		goto fail;
+	}
+	if (e->nonblock)
+		ferry_sock_fcntl(fd, F_SETFL, O_NONBLOCK);
+	FP_LEAVE();
+	return 0;
+fail:
+	FP_LEAVE();
+	return -1;
+}
+
+FP_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	struct fp_fd *e = fp_get(fd);
+	char name[80];
+
+	fp_real_init();
+	if (!e || e->kind != FP_TCP || fp_inside() || !addr ||
+	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
+	    addr->sa_family != e->domain)
+		return fp_real.connect(fd, addr, len);
+	if (!fp_allow(addr, len)) {
+		fp_info("connect to %s: excluded by the configuration: TCP",
+			fp_addr_str(addr, name, sizeof(name)));
+		goto tcp;
+	}
+	e->refs = fp_ref_new();
+	if (!e->refs) {
+		fp_info("connect to %s: no shared reference count left: TCP",
+			fp_addr_str(addr, name, sizeof(name)));
+		goto tcp;
+	}
+	if (fp_connect_ferry(fd, e, addr, len) == 0) {
+		e->sfd = fd;
+		e->kind = FP_FERRY;
+		ferry_debug("connect to %s: ferry", fp_addr_str(addr, name, sizeof(name)));
+		if (e->nonblock)
+			return ERR(EINPROGRESS);	/* as TCP: writable at once */
+		return 0;
+	}
+	fp_info("connect to %s: not ferry (%m): TCP", fp_addr_str(addr, name, sizeof(name)));
+	fp_ref_put(e->refs);
+	e->refs = NULL;
+tcp:
+	/* From here the kernel's socket: the shim forgets it. */
+	fp_free(fp_set(fd, NULL));
+	return fp_real.connect(fd, addr, len);
+}
+
+/* --- listen and accept --- */
+
+/* Move ferry socket @sfd above the application's fd range (fp_hide_fd). */
+static int fp_hide_sock(int sfd)
+{
+	int high = fp_hide_fd(fp_real.dup(sfd));
+
+	if (high < 0)
+		return sfd;
+	if (high == sfd || sock_renumber(sfd, high) < 0) {
+		if (high != sfd)
+			fp_real.close(high);
+		return sfd;
+	}
+	return high;
+}
+
+FP_EXPORT int listen(int fd, int backlog)
+{
+	struct fp_fd *e = fp_get(fd);
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int lfd, ret, on = 1;
+	char name[80];
+
+	fp_real_init();
+	ret = fp_real.listen(fd, backlog);
+	if (ret < 0 || !e || e->kind != FP_TCP || fp_inside())
+		return ret;
+	if (fp_real.getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return ret;
+	if (!fp_allow((struct sockaddr *)&ss, len)) {
+		fp_info("listen on %s: excluded by the configuration: TCP only",
+			fp_addr_str((struct sockaddr *)&ss, name, sizeof(name)));
+		fp_free(fp_set(fd, NULL));
+		return ret;
+	}
+	FP_ENTER();
+	lfd = ferry_socket(e->domain, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (lfd >= 0) {
+		fp_replay_options(lfd, e);
+		ferry_sock_setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+		if (ferry_sock_bind(lfd, (struct sockaddr *)&ss, len) < 0 ||
+		    ferry_sock_listen(lfd, backlog) < 0) {
+			int err = errno;
+
+			ferry_sock_close(lfd);
+			errno = err;
+			lfd = -1;
+		} else {
+			lfd = fp_hide_sock(lfd);
+		}
+	}
+	FP_LEAVE();
+	if (lfd < 0) {
+		fp_info("listen on %s: no ferry listener (%m): TCP only",
+			fp_addr_str((struct sockaddr *)&ss, name, sizeof(name)));
+		fp_free(fp_set(fd, NULL));
+		return ret;
+	}
+	e->ferry_fd = lfd;
+	e->kind = FP_LISTEN;
+	ferry_debug("listen on %s: TCP and ferry",
+		    fp_addr_str((struct sockaddr *)&ss, name, sizeof(name)));
+	return ret;
+}
+
+/* Take a ferry connection from @e's listener; -1 with EAGAIN if none. */
+static int fp_accept_ferry(struct fp_fd *e, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	struct fp_fd *ne;
+	_Atomic int *refs;
+	int nfd;
+
+	refs = fp_ref_new();
+	if (!refs)
+		return ERR(EAGAIN);
+	FP_ENTER();
+	nfd = ferry_sock_accept4(e->ferry_fd, addr, len, (flags & SOCK_NONBLOCK) | SOCK_CLOEXEC);
+	FP_LEAVE();
+	ne = nfd >= 0 ? fp_new(FP_FERRY, e->domain) : NULL;
+	if (!ne) {
+		int err = nfd >= 0 ? ENOMEM : errno;
+
+		if (nfd >= 0) {
+			FP_ENTER();
+			ferry_sock_close(nfd);
+			FP_LEAVE();
+		}
+		fp_ref_put(refs);
+		return ERR(err);
+	}
+	ne->nonblock = flags & SOCK_NONBLOCK;
+	ne->sfd = nfd;
+	ne->refs = refs;
+	fp_free(fp_set(nfd, ne));
+	return nfd;
+}
+
+/* Is a kernel connection waiting on listening socket @fd? */
+static bool fp_kernel_pending(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return fp_real.poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
+static int fp_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	struct fp_fd *e = fp_get(fd);
+	int nfd, round;
+
+	if (!e || e->kind != FP_LISTEN || fp_inside())
+		return fp_real.accept4(fd, addr, len, flags);
+	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
+		return ERR(EINVAL);
+	for (;;) {
+		/* The two queues in turn, so that neither starves the other. */
+		e->accept_ferry_first = !e->accept_ferry_first;
+		for (round = 0; round < 2; round++) {
+			if ((round == 0) == e->accept_ferry_first) {
+				nfd = fp_accept_ferry(e, addr, len, flags);
+				if (nfd >= 0)
+					return nfd;
+				if (errno != EAGAIN)
+					fp_info("accept: ferry listener: %m");
+			} else if (e->nonblock || fp_kernel_pending(fd)) {
+				nfd = fp_real.accept4(fd, addr, len, flags);
+				if (nfd >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+					return nfd;
+			}
+		}
+		if (e->nonblock)
+			return ERR(EAGAIN);
+		if (fp_accept_wait(fd, e) < 0)
+			return -1;
+	}
+}
+
+FP_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	fp_real_init();
+	return fp_accept(fd, addr, len, 0);
+}
+
+FP_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	fp_real_init();
+	return fp_accept(fd, addr, len, flags);
+}
+
+/* --- close and dup --- */
+
+struct fp_alias_query {
+	struct fp_fd *e;
+	int not, found;
+};
+
+static void fp_alias_match(int fd, struct fp_fd *e, void *arg)
+{
+	struct fp_alias_query *q = arg;
+
+	if (e == q->e && fd != q->not && q->found < 0)
+		q->found = fd;
+}
+
+int fp_alias(int fd, struct fp_fd *e)
+{
+	struct fp_alias_query q = { e, fd, -1 };
+
+	fp_for_each(fp_alias_match, &q);
+	return q.found;
+}
+
+/*
+ * @fd, one name of entry @e, is going away (the caller removed it from the
+ * table).  Returns 1 if the caller must still close the kernel fd, 0 if
+ * that was done here.
+ */
+static int fp_release(int fd, struct fp_fd *e)
+{
+	int alias, done = 1;
+
+	if (atomic_fetch_sub(&e->nref, 1) > 1) {
+		/* Other names remain: if lib/sock knows the socket by this one,
+		 * it moves to another (which closes this one). */
+		if (e->kind == FP_FERRY && fd == e->sfd) {
+			alias = fp_alias(fd, e);
+			FP_ENTER();
+			if (alias >= 0 && sock_renumber(fd, alias) == 0) {
+				e->sfd = alias;
+				done = 0;
+			}
+			FP_LEAVE();
+		}
+		return done;
+	}
+	switch (e->kind) {
+	case FP_LISTEN:
+		fp_epoll_forget(fd);
+		FP_ENTER();
+		ferry_sock_close(e->ferry_fd);
+		FP_LEAVE();
+		break;
+	case FP_EPOLL:
+		fp_epoll_free(e->ep);
+		break;
+	case FP_FERRY:
+		fp_epoll_forget(fd);
+		FP_ENTER();
+		/* The last process holding the connection ends it in order;
+		 * one of several (after fork) only lets go of its copy. */
+		if (fp_ref_put(e->refs))
+			ferry_sock_close(e->sfd);
+		else
+			sock_forget(e->sfd);
+		FP_LEAVE();
+		done = fd != e->sfd;
+		break;
+	case FP_TCP:
+		break;
+	}
+	fp_free(e);
+	return done;
+}
+
+FP_EXPORT int close(int fd)
+{
+	struct fp_fd *e;
+
+	fp_real_init();
+	if (fp_inside())
+		return fp_real.close(fd);
+	e = fp_set(fd, NULL);
+	if (!e)
+		return fp_real.close(fd);
+	return fp_release(fd, e) ? fp_real.close(fd) : 0;
+}
+
+/* @newfd is about to be replaced by a dup: let go of what it named. */
+static void fp_dup_target(int newfd)
+{
+	struct fp_fd *e = fp_set(newfd, NULL);
+
+	if (e)
+		fp_release(newfd, e);	/* the dup closes or takes the number */
+}
+
+static int fp_dup_share(int oldfd, int newfd)
+{
+	struct fp_fd *e = fp_get(oldfd);
+
+	if (newfd >= 0 && e) {
+		atomic_fetch_add(&e->nref, 1);
+		fp_free(fp_set(newfd, e));
+		/* A ferry socket never reaches an exec'd program as garbage:
+		 * all its names close on exec. */
+		if (e->kind == FP_FERRY)
+			fp_real.fcntl(newfd, F_SETFD, FD_CLOEXEC);
+	}
+	return newfd;
+}
+
+FP_EXPORT int dup(int oldfd)
+{
+	fp_real_init();
+	if (fp_inside() || !fp_get(oldfd))
+		return fp_real.dup(oldfd);
+	return fp_dup_share(oldfd, fp_real.dup(oldfd));
+}
+
+static int fp_dup3(int oldfd, int newfd, int flags, bool is_dup2)
+{
+	if (fp_inside() || (!fp_get(oldfd) && !fp_get(newfd)))
+		return is_dup2 ? fp_real.dup2(oldfd, newfd) : fp_real.dup3(oldfd, newfd, flags);
+	if (oldfd == newfd)
+		return is_dup2 ? fp_real.dup2(oldfd, newfd) : ERR(EINVAL);
+	if (fp_real.fcntl(oldfd, F_GETFD) < 0)
+		return -1;	/* EBADF, before newfd is touched */
+	fp_dup_target(newfd);
+	return fp_dup_share(oldfd, is_dup2 ? fp_real.dup2(oldfd, newfd) :
+					     fp_real.dup3(oldfd, newfd, flags));
+}
+
+FP_EXPORT int dup2(int oldfd, int newfd)
+{
+	fp_real_init();
+	return fp_dup3(oldfd, newfd, 0, true);
+}
+
+FP_EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+	fp_real_init();
+	return fp_dup3(oldfd, newfd, flags, false);
+}
+
+/* --- fcntl and ioctl --- */
+
+static int fp_fcntl(int fd, int cmd, long arg)
+{
+	struct fp_fd *e = fp_get(fd);
+	int ret;
+
+	if (fp_inside() || !e)
+		return fp_real.fcntl(fd, cmd, arg);
+	switch (cmd) {
+	case F_DUPFD:
+	case F_DUPFD_CLOEXEC:
+		return fp_dup_share(fd, fp_real.fcntl(fd, cmd, arg));
+	case F_GETFL:
+		if (e->kind != FP_FERRY)
+			break;
+		FP_ENTER();
+		ret = ferry_sock_fcntl(e->sfd, F_GETFL);
+		FP_LEAVE();
+		return ret;
+	case F_SETFL:
+		e->nonblock = arg & O_NONBLOCK;
+		if (e->kind != FP_FERRY)
+			break;
+		FP_ENTER();
+		ret = ferry_sock_fcntl(e->sfd, F_SETFL, arg);
+		FP_LEAVE();
+		return ret;
+	case F_SETFD:
+		if (e->kind == FP_FERRY && !(arg & FD_CLOEXEC)) {
+			fp_info("fd %d: a ferry socket stays close-on-exec", fd);
+			arg |= FD_CLOEXEC;
+		}
+		break;
+	}
+	return fp_real.fcntl(fd, cmd, arg);
+}
+
+FP_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	long arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, long);
+	va_end(ap);
+	fp_real_init();
+	return fp_fcntl(fd, cmd, arg);
+}
+
+FP_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	long arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, long);
+	va_end(ap);
+	fp_real_init();
+	return fp_fcntl(fd, cmd, arg);
+}
+
+FP_EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	struct fp_fd *e = fp_get(fd);
+	struct ferry_sock *s;
+	va_list ap;
+	void *arg;
+	int ret;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	fp_real_init();
+	if (fp_inside() || !e)
+		return fp_real.ioctl(fd, req, arg);
+	if (req == FIONBIO && arg)
+		e->nonblock = *(int *)arg != 0;
+	if (e->kind != FP_FERRY)
+		return fp_real.ioctl(fd, req, arg);
+	FP_ENTER();
+	switch (req) {
+	case FIONREAD:
+	case FIONBIO:
+		ret = ferry_sock_ioctl(e->sfd, req, arg);
+		break;
+	case SIOCOUTQ:
+		s = sock_get(e->sfd);
+		if (!s || !arg) {
+			ret = ERR(s ? EFAULT : EBADF);
+			break;
+		}
+		*(int *)arg = s->sbuf_size ? (int)(s->sbuf_size - atomic_load(&s->sbuf_free)) : 0;
+		ret = 0;
+		break;
+	default:
+		ret = ERR(ENOTTY);
+		break;
+	}
+	FP_LEAVE();
+	return ret;
+}
+
+/* --- options and names --- */
+
+static void fp_note_option(struct fp_fd *e, int level, int name, const void *val,
+			   socklen_t len)
+{
+	int v;
+
+	if (name == SO_LINGER && level == SOL_SOCKET && len >= sizeof(struct linger)) {
+		memcpy(&e->linger, val, sizeof(e->linger));
+		e->linger_set = true;
+		return;
+	}
+	if (len < sizeof(int))
+		return;
+	memcpy(&v, val, sizeof(v));
+	if (level == SOL_SOCKET) {
+		if (name == SO_RCVBUF)
+			e->rcvbuf = v;
+		else if (name == SO_SNDBUF)
+			e->sndbuf = v;
+		else if (name == SO_KEEPALIVE)
+			e->keepalive = v;
+	} else if (level == IPPROTO_TCP) {
+		if (name == TCP_NODELAY)
+			e->nodelay = v;
+		else if (name == TCP_KEEPIDLE)
+			e->keepidle = v;
+		else if (name == TCP_KEEPINTVL)
+			e->keepintvl = v;
+		else if (name == TCP_KEEPCNT)
+			e->keepcnt = v;
+	}
+}
+
+FP_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	struct fp_fd *e = fp_get(fd);
+	int ret;
+
+	fp_real_init();
+	if (fp_inside() || !e)
+		return fp_real.setsockopt(fd, level, name, val, len);
+	if (e->kind != FP_FERRY) {
+		ret = fp_real.setsockopt(fd, level, name, val, len);
+		if (ret == 0 && val) {
+			fp_note_option(e, level, name, val, len);
+			if (e->kind == FP_LISTEN) {
+				FP_ENTER();
+				ferry_sock_setsockopt(e->ferry_fd, level, name, val, len);
+				FP_LEAVE();
+			}
+		}
+		return ret;
+	}
+	FP_ENTER();
+	ret = ferry_sock_setsockopt(e->sfd, level, name, val, len);
+	FP_LEAVE();
+	/* Options ferry has no use for (IP_TOS, SO_PRIORITY, TCP_CONGESTION
+	 * ...) are accepted and ignored, as on a TCP socket they would be
+	 * accepted and matter little; the program goes on. */
+	if (ret < 0 && errno == ENOPROTOOPT && level != SOL_FERRY)
+		ret = 0;
+	return ret;
+}
+
+/* A TCP_INFO a program can live with: established, nothing lost. */
+static int fp_tcp_info(struct ferry_sock *s, void *val, socklen_t *len)
+{
+	struct tcp_info ti;
+	socklen_t n;
+
+	memset(&ti, 0, sizeof(ti));
+	ti.tcpi_state = sock_is_connected(s) ? TCP_ESTABLISHED : TCP_CLOSE;
+	ti.tcpi_snd_mss = ti.tcpi_rcv_mss = RS_MAX_TRANSFER;
+	ti.tcpi_pmtu = RS_MAX_TRANSFER;
+	ti.tcpi_rtt = 1;
+	ti.tcpi_rcv_space = s->rbuf_size;
+	ti.tcpi_snd_cwnd = s->sq_size;
+	ti.tcpi_options = TCPI_OPT_TIMESTAMPS;
+	n = *len < sizeof(ti) ? *len : (socklen_t)sizeof(ti);
+	memcpy(val, &ti, n);
+	*len = n;
+	return 0;
+}
+
+FP_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	struct fp_fd *e = fp_get(fd);
+	struct ferry_sock *s;
+	int ret, v;
+
+	fp_real_init();
+	if (fp_inside() || !e || e->kind != FP_FERRY)
+		return fp_real.getsockopt(fd, level, name, val, len);
+	if (!val || !len)
+		return ERR(EFAULT);
+	FP_ENTER();
+	ret = ferry_sock_getsockopt(e->sfd, level, name, val, len);
+	if (ret < 0 && errno == ENOPROTOOPT && level == IPPROTO_TCP) {
+		s = sock_get(e->sfd);
+		ret = 0;
+		if (!s) {
+			ret = -1;
+		} else if (name == TCP_INFO) {
+			ret = fp_tcp_info(s, val, len);
+		} else if (name == TCP_MAXSEG && *len >= sizeof(int)) {
+			v = RS_MAX_TRANSFER;
+			memcpy(val, &v, sizeof(v));
+			*len = sizeof(v);
+		} else if (name == TCP_CONGESTION) {
+			strncpy(val, "ferry", *len);
+		} else {
+			ret = ERR(ENOPROTOOPT);
+		}
+	}
+	FP_LEAVE();
+	return ret;
+}
+
+FP_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	struct fp_fd *e = fp_get(fd);
+	int ret;
+
+	fp_real_init();
+	if (fp_inside() || !e || e->kind != FP_FERRY)
+		return fp_real.getpeername(fd, addr, len);
+	FP_ENTER();
+	ret = ferry_sock_getpeername(e->sfd, addr, len);
+	FP_LEAVE();
+	return ret;
+}
+
+FP_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	struct fp_fd *e = fp_get(fd);
+	int ret;
+
+	fp_real_init();
+	if (fp_inside() || !e || e->kind != FP_FERRY)
+		return fp_real.getsockname(fd, addr, len);
+	FP_ENTER();
+	ret = ferry_sock_getsockname(e->sfd, addr, len);
+	FP_LEAVE();
+	return ret;
+}
+
+FP_EXPORT int shutdown(int fd, int how)
+{
+	struct fp_fd *e = fp_get(fd);
+	int ret;
+
+	fp_real_init();
+	if (fp_inside() || !e || e->kind != FP_FERRY)
+		return fp_real.shutdown(fd, how);
+	FP_ENTER();
+	ret = ferry_sock_shutdown(e->sfd, how);
+	FP_LEAVE();
+	return ret;
+}
