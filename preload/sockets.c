@@ -145,6 +145,15 @@ FP_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 	char name[80];
 
 	fp_real_init();
+	if (e && e->kind == FP_FERRY && !fp_inside()) {
+		int ret;
+
+		/* Asking again after a non-blocking connect: EISCONN. */
+		FP_ENTER();
+		ret = ferry_sock_connect(e->sfd, addr, len);
+		FP_LEAVE();
+		return ret;
+	}
 	if (!e || e->kind != FP_TCP || fp_inside() || !addr ||
 	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
 	    addr->sa_family != e->domain)
@@ -641,6 +650,9 @@ FP_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t
 	return ret;
 }
 
+/* The MSS TCP has over loopback; programs check it for sanity. */
+#define FP_MSS 65483
+
 /* A TCP_INFO a program can live with: established, nothing lost. */
 static int fp_tcp_info(struct ferry_sock *s, void *val, socklen_t *len)
 {
@@ -649,8 +661,8 @@ static int fp_tcp_info(struct ferry_sock *s, void *val, socklen_t *len)
 
 	memset(&ti, 0, sizeof(ti));
 	ti.tcpi_state = sock_is_connected(s) ? TCP_ESTABLISHED : TCP_CLOSE;
-	ti.tcpi_snd_mss = ti.tcpi_rcv_mss = RS_MAX_TRANSFER;
-	ti.tcpi_pmtu = RS_MAX_TRANSFER;
+	ti.tcpi_snd_mss = ti.tcpi_rcv_mss = FP_MSS;
+	ti.tcpi_pmtu = FP_MSS + 52;
 	ti.tcpi_rtt = 1;
 	ti.tcpi_rcv_space = s->rbuf_size;
 	ti.tcpi_snd_cwnd = s->sq_size;
@@ -682,7 +694,7 @@ FP_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 		} else if (name == TCP_INFO) {
 			ret = fp_tcp_info(s, val, len);
 		} else if (name == TCP_MAXSEG && *len >= sizeof(int)) {
-			v = RS_MAX_TRANSFER;
+			v = FP_MSS;
 			memcpy(val, &v, sizeof(v));
 			*len = sizeof(v);
 		} else if (name == TCP_CONGESTION) {
