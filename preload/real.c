@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "preload.h"
@@ -24,11 +25,25 @@ static void *fp_sym(const char *name, bool required)
 {
 	void *p = dlsym(RTLD_NEXT, name);
 
+	/* Nothing after the shim defines it when libc itself comes first in
+	 * LD_PRELOAD (then libc's definitions win and the shim is bypassed
+	 * anyway): ask libc directly. */
+	if (!p) {
+		void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+
+		if (libc) {
+			p = dlsym(libc, name);
+			dlclose(libc);
+		}
+	}
+
 	if (!p && required) {
 		/* Nothing else can work: say so on stderr without libc stdio. */
-		static const char msg[] = "ferry preload: a libc function is missing\n";
+		static const char msg[] = "ferry preload: libc lacks ";
 
 		(void)!write(2, msg, sizeof(msg) - 1);
+		(void)!write(2, name, strlen(name));
+		(void)!write(2, "\n", 1);
 		abort();
 	}
 	return p;

@@ -27,6 +27,7 @@
 #include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <linux/sockios.h>
@@ -95,11 +96,18 @@ FP_EXPORT int socket(int domain, int type, int protocol)
 /* Options set on a socket before it became a ferry socket, replayed. */
 static void fp_replay_options(int sfd, const struct fp_fd *e)
 {
-	int on = 1, rcvbuf = e->rcvbuf ? e->rcvbuf : FP_DEF_RING;
-	int sndbuf = e->sndbuf ? e->sndbuf : FP_DEF_RING;
+	int on = 1, rcvbuf = e->rcvbuf, sndbuf = e->sndbuf;
 
-	ferry_sock_setsockopt(sfd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(int));
-	ferry_sock_setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(int));
+	/* FERRY_RBUF / FERRY_SBUF (ferry-run --rbuf/--sbuf) reach lib/sock's
+	 * own defaults; without them, the shim's. */
+	if (!rcvbuf && !getenv("FERRY_RBUF"))
+		rcvbuf = FP_DEF_RING;
+	if (!sndbuf && !getenv("FERRY_SBUF"))
+		sndbuf = FP_DEF_RING;
+	if (rcvbuf)
+		ferry_sock_setsockopt(sfd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(int));
+	if (sndbuf)
+		ferry_sock_setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(int));
 	if (e->nodelay)
 		ferry_sock_setsockopt(sfd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
 	if (e->keepalive)
