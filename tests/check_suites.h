@@ -20,5 +20,6 @@ Suite *cm_suite(void);
 Suite *cm_robust_suite(void);
 Suite *sock_suite(void);
 Suite *config_suite(void);
+Suite *stat_suite(void);
 
 #endif /* FERRY_CHECK_SUITES_H */

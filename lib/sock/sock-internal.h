@@ -57,6 +57,7 @@
 #include <ferry/verbs.h>
 
 #include "ferry-internal.h"
+#include "sock_stat.h"
 
 /* --- protocol (rsocket v1) --- */
 
@@ -248,6 +249,9 @@ struct ferry_sock {
 	bool ka_probe_acked;
 	struct ferry_sock *ka_next;	/* in the service list */
 	bool in_ka_list;
+
+	/* Its slot of the statistics segment (sock_stat.c); never NULL. */
+	struct sock_stat_slot *stat;
 };
 
 /* --- sock.c: the fd table --- */
@@ -343,6 +347,24 @@ void sock_opt_defaults(struct ferry_sock *s);
 /* --- keepalive service (sock_opt.c) --- */
 void sock_ka_update(struct ferry_sock *s);
 void sock_ka_forget(struct ferry_sock *s);
+
+/* --- sock_stat.c: the statistics segment ferry-stat reads --- */
+/* Take a slot for a new socket (a sink when there is none). */
+void sock_stat_attach(struct ferry_sock *s);
+void sock_stat_detach(struct ferry_sock *s);
+/* Publish state, addresses, transport and ring sizes: after a change. */
+void sock_stat_update(struct ferry_sock *s);
+/* The segment's descriptor in this process, -1 before the first socket. */
+int sock_stat_fd(void);
+
+/* Publish new end bits of the connection (closed); cheap when none. */
+static inline void sock_stat_flags(struct ferry_sock *s)
+{
+	unsigned int closed = atomic_load_explicit(&s->closed, memory_order_relaxed);
+
+	if ((__atomic_load_n(&s->stat->flags, __ATOMIC_RELAXED) & closed) != closed)
+		__atomic_fetch_or(&s->stat->flags, closed, __ATOMIC_RELAXED);
+}
 
 static inline bool sock_is_connected(struct ferry_sock *s)
 {

@@ -140,12 +140,14 @@ struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec)
 	pthread_mutex_init(&s->wait_lock, NULL);
 	pthread_cond_init(&s->wait_cond, NULL);
 	sock_opt_defaults(s);
+	sock_stat_attach(s);
 	return s;
 }
 
 void sock_free(struct ferry_sock *s)
 {
 	sock_conn_teardown(s);
+	sock_stat_detach(s);
 	close(s->fd);
 	pthread_mutex_destroy(&s->cm_lock);
 	pthread_mutex_destroy(&s->slock);
@@ -220,8 +222,8 @@ int ferry_sock_listen(int fd, int backlog)
 		ret = 0;
 	else if (s->state != SOCK_INIT)
 		ret = ERR(EINVAL);
-	else
-		ret = sock_conn_listen(s, backlog);
+	else if ((ret = sock_conn_listen(s, backlog)) == 0)
+		sock_stat_update(s);
 	pthread_mutex_unlock(&s->cm_lock);
 	return ret;
 }
@@ -305,6 +307,8 @@ int ferry_sock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	switch (s->state) {
 	case SOCK_INIT:
 		ret = sock_conn_connect(s, addr, addrlen);
+		if (ret == 0)
+			sock_stat_update(s);
 		break;
 	case SOCK_CONNECTING:
 		ret = ERR(EALREADY);
@@ -356,8 +360,10 @@ int ferry_sock_shutdown(int fd, int how)
 		return ERR(ENOTCONN);
 	if (how == SHUT_RD || how == SHUT_RDWR)
 		atomic_fetch_or(&s->closed, SOCK_SHUT_RD);
-	if (how == SHUT_RD)
+	if (how == SHUT_RD) {
+		sock_stat_flags(s);
 		return 0;
+	}
 	/* Data written before is ahead of the control message on the QP. */
 	pthread_mutex_lock(&s->slock);
 	closed = atomic_fetch_or(&s->closed, SOCK_SHUT_WR);
@@ -366,6 +372,7 @@ int ferry_sock_shutdown(int fd, int how)
 	if (how == SHUT_RDWR)
 		atomic_fetch_or(&s->closed, SOCK_DISC_SENT);
 	pthread_mutex_unlock(&s->slock);
+	sock_stat_flags(s);
 	return 0;
 }
 

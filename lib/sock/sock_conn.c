@@ -325,6 +325,7 @@ static void sock_conn_fail(struct ferry_sock *s, int err)
 	ferry_debug("sock %d: connect failed: %s", s->fd, strerror(err));
 	s->so_error = err;
 	__atomic_store_n(&s->state, SOCK_FAILED, __ATOMIC_RELEASE);
+	sock_stat_update(s);
 }
 
 static int sock_event_errno(const struct ferry_cm_event *ev)
@@ -377,6 +378,7 @@ static void sock_conn_active_event(struct ferry_sock *s, struct ferry_cm_event *
 		}
 		atomic_store(&s->last_rx_ns, sock_now_ns());
 		__atomic_store_n(&s->state, SOCK_CONNECTED, __ATOMIC_RELEASE);
+		sock_stat_update(s);
 		sock_ka_update(s);
 		break;
 	default:
@@ -499,6 +501,7 @@ static void sock_conn_passive_event(struct ferry_sock *l, struct ferry_cm_event 
 	}
 	atomic_store(&s->last_rx_ns, sock_now_ns());
 	__atomic_store_n(&s->state, SOCK_CONNECTED, __ATOMIC_RELEASE);
+	sock_stat_update(s);
 	if (l->ready_tail)
 		l->ready_tail->next = s;
 	else

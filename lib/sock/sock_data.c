@@ -221,6 +221,7 @@ static void sock_recv_msg(struct ferry_sock *s, uint32_t imm, bool *answer)
 	switch (imm & RS_OP_MASK) {
 	case RS_OP_DATA:
 		atomic_fetch_add_explicit(&s->r_received, value, memory_order_release);
+		sock_stat_add(&s->stat->rx_ring_in, value);
 		break;
 	case RS_OP_SGL:
 		atomic_store_explicit(&s->sseq_comp, (uint16_t)value, memory_order_release);
@@ -269,6 +270,7 @@ int sock_progress(struct ferry_sock *s)
 					s->ka_probe_acked = true;
 				atomic_fetch_add(&s->sqe_avail, (int)SOCK_WR_SLOTS(wc[i].wr_id));
 				atomic_fetch_add(&s->sbuf_free, SOCK_WR_BYTES(wc[i].wr_id));
+				sock_stat_add(&s->stat->tx_ring_out, SOCK_WR_BYTES(wc[i].wr_id));
 			}
 		}
 		total += n > 0 ? n : 0;
@@ -278,6 +280,7 @@ int sock_progress(struct ferry_sock *s)
 			s->recv_repost = 0;
 	}
 	pthread_mutex_unlock(&s->cqlock);
+	sock_stat_flags(s);
 	if (got_recv) {
 		if (s->keepalive)
 			atomic_store(&s->last_rx_ns, sock_now_ns());
@@ -385,6 +388,7 @@ uint32_t sock_stage(struct ferry_sock *s, uint32_t len, const struct iovec **iov
 		}
 		s->sbuf_head = (head + len) & (s->sbuf_size - 1);
 		atomic_fetch_sub(&s->sbuf_free, len);
+		sock_stat_add(&s->stat->tx_ring_in, len);
 		wr_bytes = len;
 	}
 	return wr_bytes;
@@ -463,6 +467,7 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 			break;
 		}
 		sent += space;
+		sock_stat_add(&s->stat->tx_bytes, space);
 	}
 	pthread_mutex_unlock(&s->slock);
 	if (sent)
@@ -559,6 +564,7 @@ ssize_t sock_data_recv(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 			got += n;
 			if (!(flags & MSG_PEEK)) {
 				atomic_fetch_add_explicit(&s->r_consumed, n, memory_order_release);
+				sock_stat_add(&s->stat->rx_bytes, n);
 				sock_give_credits(s, false);
 			}
 			if (got == total || !(flags & MSG_WAITALL) || (flags & MSG_PEEK))
