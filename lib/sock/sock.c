@@ -392,8 +392,8 @@ static void sock_close_connected(struct ferry_sock *s)
 	pthread_mutex_unlock(&s->slock);
 	if (wait_ms > 0 && !(atomic_load(&s->closed) & SOCK_RESET))
 		sock_drain_sends(s, wait_ms);
-	if (s->id)
-		ferry_disconnect(s->id);
+	/* No ferry_disconnect: sock_free destroys the id right after, which
+	 * tells the peer as well, and a trip to the CM thread is spared. */
 }
 
 void sock_forget(int fd)

@@ -487,7 +487,11 @@ void sock_ka_update(struct ferry_sock *s)
 		}
 		pthread_attr_destroy(&attr);
 	}
-	pthread_cond_signal(&ka_cond);
+	/* Its next round comes within half a second anyway; only keepalive
+	 * may want it sooner (and waking it for every connection costs two
+	 * thread switches). */
+	if (s->keepalive)
+		pthread_cond_signal(&ka_cond);
 	pthread_mutex_unlock(&ka_lock);
 }
 
