@@ -11,20 +11,26 @@
  * its family, and for IPv4 also the IPv6 wildcard (as a dual-stack TCP
  * listener would accept it).
  *
- * Handshake, over the accepted socket (messages in cm_msg.h):
+ * Handshake, over the accepted socket (CM messages in cm_msg.h, the QP
+ * exchange's in lib/prov/shm_conn.c), one and a half round trips:
  *
- *   client                          listener (CM thread, then the user)
- *   CONNECT_REQ  ------------------>  new id, CONNECT_REQUEST event
- *                                     ferry_cm_create_qp, ferry_accept:
- *                <------------------  ACCEPT (or REJECT, then close)
- *   ferry_qp_exchange  <----------->  ferry_qp_exchange
- *   RTR, RTS, ESTABLISHED             RTR, RTS, ESTABLISHED
+ *   client (the caller, then CM thread)   listener (CM thread, then the user)
+ *   CONNECT_REQ, HELLO  -------------->  new id, CONNECT_REQUEST event;
+ *                                        ferry_cm_create_qp, ferry_accept:
+ *                <------------------   ACCEPT, HELLO, BLOCK..., REGION
+ *                                        (or REJECT, then close)
+ *   BLOCK..., REGION  ---------------->
+ *   RTR, RTS, ESTABLISHED                RTR, RTS, ESTABLISHED
  *
- * After the exchange the socket belongs to the shm provider as much as to
- * us: it keeps a duplicate, watches it for hang-up and may read BLOCK
- * messages from it.  So from then on the CM never reads it: it only
- * watches it for EV_CLOSED (EPOLLRDHUP), and shutdown()s it to disconnect,
- * which both providers' monitors and both CMs see.
+ * The client begins the QP exchange (ferry_qp_exchange_begin: HELLO)
+ * right behind its request and ends it when ACCEPT comes; the listener's
+ * CM reads the request alone and leaves the HELLO queued for the exchange
+ * that ferry_accept runs, so until then it watches a request's socket for
+ * hang-up only.  After the exchange the socket belongs to the shm provider
+ * as much as to us: it keeps a duplicate, watches it for hang-up and may
+ * read BLOCK messages from it.  So from then on the CM never reads it: it
+ * only watches it for EV_CLOSED (EPOLLRDHUP), and shutdown()s it to
+ * disconnect, which both providers' monitors and both CMs see.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -137,9 +143,15 @@ int shm_cm_socket(void)
 /*
  * Close the connection socket.  shutdown() first: after the QP exchange the
  * shm provider holds a duplicate, and the peer must see the hang-up now.
+ * Then drop what we never read (a client's HELLO, when we reject it): a
+ * socket closed with records unread makes the peer's next receive fail
+ * with ECONNRESET even before the records still queued for it, our REJECT
+ * among them.  Once shut down, nothing new comes in.
  */
 void shm_cm_close_sock(struct shm_cm_id *st)
 {
+	char junk[64];
+
 	if (st->sock_ev) {
 		event_free(st->sock_ev);
 		st->sock_ev = NULL;
@@ -147,25 +159,59 @@ void shm_cm_close_sock(struct shm_cm_id *st)
 	if (st->sock < 0)
 		return;
 	shutdown(st->sock, SHUT_RDWR);
+	while (recv(st->sock, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+		;	/* descriptors that came along are closed by the kernel */
 	close(st->sock);
 	st->sock = -1;
+}
+
+/* Close the descriptors of every SCM_RIGHTS in @mh; true if there were any. */
+static bool shm_cm_close_passed_fds(struct msghdr *mh)
+{
+	struct cmsghdr *cm;
+	bool any = false;
+
+	for (cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		size_t i, n;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			close(fd);
+		}
+		any = true;
+	}
+	return any;
 }
 
 /*
  * One record, never blocking.  Returns its length, 0 when the peer closed,
  * or -1 with errno (EBADMSG: longer than any message, or with descriptors,
- * which the kernel then closes for us).
+ * which are closed).  Credentials may come along: the QP exchange that
+ * began on the socket turned SO_PASSCRED on; they are ignored.
  */
 ssize_t shm_cm_recv(int sock, uint8_t *buf, size_t len)
 {
+	union {
+		char buf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
 	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
+	};
 	ssize_t n;
 
 	do
 		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
-	if (n > 0 && (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+	if (n > 0 && (shm_cm_close_passed_fds(&mh) ||
+		      (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))))
 		return ERR(EBADMSG);
 	return n;
 }

@@ -1,6 +1,7 @@
 /*
  * cm_shm_connect.c - the active side of the shm transport: find the
- * listener's rendezvous socket, send CONNECT_REQ, and act on the answer.
+ * listener's rendezvous socket, send CONNECT_REQ and the QP's HELLO, and
+ * act on the answer.
  *
  * Nothing here blocks the CM thread except the QP exchange after ACCEPT
  * (see shm_cm_client_exchange).  A destination where nothing listens is
@@ -61,12 +62,13 @@ static void shm_cm_fail(struct shm_cm_id *st, enum ferry_cm_event_type type, int
 /* --- the answer --- */
 
 /*
- * ACCEPT arrived: exchange, connect the QP, watch for hang-up.
+ * ACCEPT arrived: end the exchange our request began, connect the QP,
+ * watch for hang-up.
  *
  * Limitation: the exchange runs here, in the CM thread, and blocks it
  * until the listener's side of the exchange answers (ferry_accept in the
- * server's thread: normally at once, at worst the shm provider's exchange
- * timeout).  Meanwhile no other callback of this process runs.  A server in
+ * server's thread sends it right behind ACCEPT: normally at once, at worst
+ * the shm provider's exchange timeout).  Meanwhile no other callback of this process runs.  A server in
  * this very process whose accepting thread waits for the CM thread (e.g.
  * two threads accepting at once) can then stall until that timeout.
  */
@@ -89,7 +91,7 @@ static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *ms
 		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, EINVAL);
 		return;
 	}
-	if (ferry_qp_exchange(id->id.qp, st->sock, &peer_qpn) < 0 ||
+	if (ferry_qp_exchange_end(id->id.qp, &peer_qpn) < 0 ||
 	    cm_qp_to_rts(id, peer_qpn, &qpp) < 0) {
 		int e = errno;
 
@@ -163,6 +165,18 @@ static int shm_cm_send_request(struct shm_cm_id *st, int sock)
 	if (n != (ssize_t)st->req_len) {
 		ferry_info("cm: sending the request: %s", n < 0 ? strerror(errno) : "short");
 		shm_cm_fail(st, FERRY_CM_EVENT_REJECTED, ECONNRESET);
+		return 0;
+	}
+	/* The QP's HELLO right behind the request: the listener's answer can
+	 * then carry its whole side of the exchange at once.  A listener that
+	 * already rejected us and shut the socket down refuses it: its REJECT
+	 * is still there to read. */
+	if (ferry_qp_exchange_begin(st->id->id.qp, sock) < 0 && errno != EPIPE &&
+	    errno != ECONNRESET) {
+		int e = errno;
+
+		ferry_info("cm: starting the QP exchange: %s", strerror(e));
+		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, e);
 		return 0;
 	}
 	st->sock_ev = event_new(cm_thread_base(), sock, EV_READ, shm_cm_on_reply, st);

@@ -173,7 +173,7 @@ static int shm_cm_request(struct shm_cm_id *st, int sock, const struct cm_msg *m
 	rst = shm_cm_state_get(req);
 	if (!rst)
 		goto err_free_id;
-	rst->sock_ev = event_new(cm_thread_base(), sock, EV_READ, shm_cm_on_request_gone, rst);
+	rst->sock_ev = event_new(cm_thread_base(), sock, EV_CLOSED, shm_cm_on_request_gone, rst);
 	if (!rst->sock_ev || event_add(rst->sock_ev, NULL) < 0)
 		goto err_free_state;
 	rst->sock = sock;
@@ -237,9 +237,10 @@ static void shm_cm_on_request(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * The socket of a request not yet accepted became readable: the client
- * sends nothing before our answer, so it hung up or broke the protocol.
- * Once ferry_accept runs, the socket is its own (the state says so).
+ * The client of a request not yet accepted hung up.  (What it sent after
+ * its request, its QP's HELLO, waits unread for ferry_accept's exchange,
+ * which checks it.)  Once ferry_accept runs, the socket is its own (the
+ * state says so).
  */
 static void shm_cm_on_request_gone(evutil_socket_t fd, short what, void *arg)
 {

@@ -551,6 +551,22 @@ int ferry_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qp_num_p)
 	return qp->context->provider->qp_exchange(qp, sock, peer_qp_num_p);
 }
 
+int ferry_qp_exchange_begin(struct ferry_qp *qp, int sock)
+{
+	if (!qp)
+		return ERR(EINVAL);
+	if (sock < 0)
+		return ERR(EBADF);
+	return qp->context->provider->qp_exchange_begin(qp, sock);
+}
+
+int ferry_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qp_num_p)
+{
+	if (!qp || !peer_qp_num_p)
+		return ERR(EINVAL);
+	return qp->context->provider->qp_exchange_end(qp, peer_qp_num_p);
+}
+
 /* --- connecting a QP over a socket with ferry's defaults --- */
 
 static int core_qp_to_init(struct ferry_qp *qp, int access)

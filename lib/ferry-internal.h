@@ -88,6 +88,14 @@ struct ferry_provider {
 	int (*post_recv)(struct ferry_qp *qp, struct ferry_recv_wr *wr,
 			 struct ferry_recv_wr **bad);
 	int (*qp_exchange)(struct ferry_qp *qp, int sock, uint32_t *peer_qpn);
+	/*
+	 * qp_exchange in two halves, for a caller that sends our first word
+	 * early (the CM's shm transport, right behind its request):
+	 * qp_exchange_begin sends what needs nothing from the peer,
+	 * qp_exchange_end the rest.  ENOTSUP where there is no such split.
+	 */
+	int (*qp_exchange_begin)(struct ferry_qp *qp, int sock);
+	int (*qp_exchange_end)(struct ferry_qp *qp, uint32_t *peer_qpn);
 };
 
 extern const struct ferry_provider ferry_shm_provider;
@@ -158,6 +166,11 @@ bool ferry_block_is_own_inode(unsigned long ino);
 /* Create a sealed memfd of @size bytes (rounded up to pages). -1 + errno. */
 int ferry_memfd_create(const char *name, size_t size);
 unsigned long ferry_fd_inode(int fd);
+
+/* --- core.c: ferry_qp_exchange in two halves (see qp_exchange_begin) --- */
+
+int ferry_qp_exchange_begin(struct ferry_qp *qp, int sock);
+int ferry_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qp_num_p);
 
 /* --- cm/cm_event.c: for the socket layer --- */
 

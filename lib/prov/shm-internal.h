@@ -319,6 +319,7 @@ struct shm_qp {
 	size_t region_size;
 	size_t rq_stride;
 	struct shm_conn *conn;
+	struct shm_conn *xconn;		/* exchange begun (HELLO sent), not ended */
 
 	struct shm_qp *pd_next;		/* in shm_pd.qps */
 	struct shm_qp *rnr_next;	/* in the monitor's RNR list */
@@ -353,6 +354,9 @@ void shm_pd_remove_qp(struct shm_pd *pd, struct shm_qp *qp);
 
 /* shm_conn.c: exchange, announcements, monitor */
 int shm_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qpn_p);
+/* Its two halves: send HELLO; then everything after it. */
+int shm_qp_exchange_begin(struct ferry_qp *qp, int sock);
+int shm_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qpn_p);
 void shm_conn_destroy(struct shm_conn *conn);
 int shm_conn_announce_block(struct shm_conn *conn, uint64_t id, int fd);
 struct shm_mapping *shm_conn_peer_block(struct shm_conn *conn, uint64_t id);

@@ -654,6 +654,16 @@ static int shm_qp_exchange_op(struct ferry_qp *qp, int sock, uint32_t *peer_qpn)
 	return shm_qp_exchange(qp, sock, peer_qpn);
 }
 
+static int shm_qp_exchange_begin_op(struct ferry_qp *qp, int sock)
+{
+	return shm_qp_exchange_begin(qp, sock);
+}
+
+static int shm_qp_exchange_end_op(struct ferry_qp *qp, uint32_t *peer_qpn)
+{
+	return shm_qp_exchange_end(qp, peer_qpn);
+}
+
 const struct ferry_provider ferry_shm_provider = {
 	.name = "shm",
 	.get_devices = shm_get_devices,
@@ -679,4 +689,6 @@ const struct ferry_provider ferry_shm_provider = {
 	.post_send = shm_post_send,
 	.post_recv = shm_post_recv,
 	.qp_exchange = shm_qp_exchange_op,
+	.qp_exchange_begin = shm_qp_exchange_begin_op,
+	.qp_exchange_end = shm_qp_exchange_end_op,
 };

@@ -2,7 +2,9 @@
  * shm_conn.c - connecting two shm QPs, and memory blocks announced later.
  *
  * The exchange runs over an AF_UNIX SOCK_SEQPACKET socket in two rounds, so
- * that each side can size its region after learning the peer's queue depth:
+ * that each side can size its region after learning the peer's queue depth
+ * (shm_qp_exchange_begin sends HELLO, which needs nothing from the peer, so
+ * a caller may send it early; shm_qp_exchange_end does the rest):
  *
  *   HELLO   qp_num, psn, rq depth and SGEs;  fds: MR table (read-only),
  *           recv CQ notify word (read-only), recv CQ eventfd, monitor kick
@@ -228,13 +230,12 @@ static int shm_check_socket(int sock)
 	return setsockopt(sock, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on));
 }
 
-static int shm_exchange_hello(struct shm_qp *qp, struct shm_conn *conn)
+static int shm_hello_send(struct shm_qp *qp, struct shm_conn *conn)
 {
 	struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
 	struct shm_msg m = { .type = SHM_MSG_HELLO };
 	int kick = shm_monitor_kick_fd();
 	int fds[SHM_HELLO_FDS] = { to_spd(qp->qp.pd)->table_fd, rcq->notify_fd, rcq->efd, kick };
-	int pfds[SHM_HELLO_FDS];
 
 	if (kick < 0)
 		return -1;
@@ -242,8 +243,14 @@ static int shm_exchange_hello(struct shm_qp *qp, struct shm_conn *conn)
 	m.psn = qp->sq_psn;
 	m.rq_size = qp->rq_size;
 	m.rq_sge = qp->cap.max_recv_sge;
-	if (shm_msg_send(conn->sock, &m, fds, SHM_HELLO_FDS) < 0)
-		return -1;
+	return shm_msg_send(conn->sock, &m, fds, SHM_HELLO_FDS);
+}
+
+static int shm_hello_recv(struct shm_conn *conn)
+{
+	struct shm_msg m;
+	int pfds[SHM_HELLO_FDS];
+
 	conn->peer_pid = 0;
 	if (shm_msg_recv(conn->sock, &m, SHM_MSG_BIT(SHM_MSG_HELLO), pfds, SHM_HELLO_FDS,
 			 SHM_EXCHANGE_TIMEOUT_MS, &conn->peer_pid) < 0)
@@ -388,7 +395,12 @@ static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 	}
 }
 
-int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
+/*
+ * The first half: HELLO needs nothing from the peer, so a caller may send
+ * it early, ahead of the peer's first word (the CM sends it right after
+ * its connection request).  The connection waits in qp->xconn.
+ */
+int shm_qp_exchange_begin(struct ferry_qp *fqp, int sock)
 {
 	struct shm_qp *qp = to_sqp(fqp);
 	struct shm_conn *conn;
@@ -404,12 +416,45 @@ int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 		goto err_free;
 
 	ferry_lock(&qp->sq_lock);
-	if (qp->qp.state != FERRY_QPS_INIT || qp->conn) {
+	if (qp->qp.state != FERRY_QPS_INIT || qp->conn || qp->xconn) {
 		ferry_unlock(&qp->sq_lock);
-		errno = qp->conn ? EISCONN : EINVAL;
+		errno = qp->conn || qp->xconn ? EISCONN : EINVAL;
 		goto err_free;
 	}
-	if (shm_exchange_hello(qp, conn) < 0 || shm_exchange_region(qp, conn) < 0) {
+	if (shm_hello_send(qp, conn) < 0) {
+		ferry_unlock(&qp->sq_lock);
+		ferry_info("QP %u: sending HELLO: %m", fqp->qp_num);
+		goto err_free;
+	}
+	qp->xconn = conn;
+	ferry_unlock(&qp->sq_lock);
+	return 0;
+
+err_free:
+	{
+		int e = errno;
+
+		shm_conn_destroy(conn);
+		errno = e;
+	}
+	return -1;
+}
+
+/* The second half: the peer's HELLO, then both regions. */
+int shm_qp_exchange_end(struct ferry_qp *fqp, uint32_t *peer_qpn_p)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+	struct shm_conn *conn;
+
+	ferry_lock(&qp->sq_lock);
+	conn = qp->xconn;
+	qp->xconn = NULL;
+	if (!conn || qp->qp.state != FERRY_QPS_INIT) {
+		ferry_unlock(&qp->sq_lock);
+		errno = EINVAL;
+		goto err_free;
+	}
+	if (shm_hello_recv(conn) < 0 || shm_exchange_region(qp, conn) < 0) {
 		int e = errno;
 
 		if (qp->region) {
@@ -440,13 +485,20 @@ int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 	return 0;
 
 err_free:
-	{
+	if (conn) {
 		int e = errno;
 
 		shm_conn_destroy(conn);
 		errno = e;
 	}
 	return -1;
+}
+
+int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
+{
+	if (shm_qp_exchange_begin(fqp, sock) < 0)
+		return -1;
+	return shm_qp_exchange_end(fqp, peer_qpn_p);
 }
 
 /* --- ferry_alloc blocks --- */

@@ -249,6 +249,10 @@ static void shm_qp_reset(struct shm_qp *qp)
 	atomic_store(&qp->sq_retired, 0);
 	atomic_store(&qp->async_error, false);
 	qp->rnr_pending = false;
+	if (qp->xconn) {
+		shm_conn_destroy(qp->xconn);
+		qp->xconn = NULL;
+	}
 	if (qp->conn) {
 		struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
 

@@ -165,3 +165,13 @@ int verbs_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn)
 	*peer_qpn = theirs.qpn;
 	return 0;
 }
+
+int verbs_qp_exchange_begin(struct ferry_qp *qp, int sock)
+{
+	return ERR(ENOTSUP);
+}
+
+int verbs_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qpn)
+{
+	return ERR(ENOTSUP);
+}
