@@ -571,6 +571,23 @@ START_TEST(test_segment_fd)
 }
 END_TEST
 
+START_TEST(test_segment_renumber)
+{
+	struct stat_rows rows = { 0 };
+	int s = ferry_socket(AF_INET, SOCK_STREAM, 0);
+	int to = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	ck_assert_int_ge(s, 0);
+	ck_assert_int_ge(to, 0);
+	/* The shim moves a socket onto the number the application holds. */
+	ck_assert_int_eq(sock_renumber(s, to), 0);
+	st_scan(getpid(), &rows);
+	ck_assert_uint_eq(rows.n, 1);
+	ck_assert_int_eq(rows.v[0].fd, to);
+	stat_rows_free(&rows);
+}
+END_TEST
+
 START_TEST(test_segment_fork)
 {
 	struct stat_rows rows = { 0 };
@@ -648,9 +665,24 @@ START_TEST(test_ring_env_limits)
 {
 	int s;
 
+	FILE *tmp = tmpfile();
+	int saved = dup(STDERR_FILENO);
+	char msg[512];
+	size_t n;
+
 	setenv("FERRY_RBUF", "12q", 1);	/* unusable: the default, with a warning */
 	setenv("FERRY_SBUF", "1", 1);	/* too small: the minimum */
+	ck_assert_ptr_nonnull(tmp);
+	dup2(fileno(tmp), STDERR_FILENO);
 	s = ferry_socket(AF_INET, SOCK_STREAM, 0);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	rewind(tmp);
+	n = fread(msg, 1, sizeof(msg) - 1, tmp);
+	msg[n] = '\0';
+	fclose(tmp);
+	ck_assert_msg(strstr(msg, "FERRY_RBUF=12q is not a size"), "%s", msg);
+	ck_assert_msg(!strstr(msg, "FERRY_SBUF"), "%s", msg);
 	ck_assert_int_ge(s, 0);
 	ck_assert_int_eq(st_getopt_int(s, SO_RCVBUF), SOCK_DEF_BUF_SIZE);
 	ck_assert_int_eq(st_getopt_int(s, SO_SNDBUF), SOCK_MIN_BUF_SIZE);
@@ -676,6 +708,7 @@ Suite *stat_suite(void)
 
 	tc = tcase_create("segment");
 	tcase_add_test(tc, test_segment_fd);
+	tcase_add_test(tc, test_segment_renumber);
 	tcase_add_test(tc, test_segment_fork);
 	tcase_add_test(tc, test_segment_exec);
 	suite_add_tcase(s, tc);

@@ -354,6 +354,8 @@ void sock_stat_attach(struct ferry_sock *s);
 void sock_stat_detach(struct ferry_sock *s);
 /* Publish state, addresses, transport and ring sizes: after a change. */
 void sock_stat_update(struct ferry_sock *s);
+/* Publish a new s->fd only (sock_renumber). */
+void sock_stat_set_fd(struct ferry_sock *s);
 /* The segment's descriptor in this process, -1 before the first socket. */
 int sock_stat_fd(void);
 

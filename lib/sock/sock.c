@@ -110,6 +110,7 @@ int sock_renumber(int from, int to)
 	}
 	sock_table_clear(from);
 	s->fd = to;
+	sock_stat_set_fd(s);
 	close(from);
 	return 0;
 }

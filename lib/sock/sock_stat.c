@@ -278,6 +278,19 @@ void sock_stat_update(struct ferry_sock *s)
 	sock_stat_flags(s);
 }
 
+void sock_stat_set_fd(struct ferry_sock *s)
+{
+	struct sock_stat_slot *slot = s->stat;
+
+	pthread_mutex_lock(&stat_seg.lock);
+	if (sock_stat_own(slot)) {
+		sock_stat_begin(slot);
+		slot->fd = s->fd;
+		sock_stat_end(slot);
+	}
+	pthread_mutex_unlock(&stat_seg.lock);
+}
+
 int sock_stat_fd(void)
 {
 	int fd;
