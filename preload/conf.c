@@ -266,13 +266,63 @@ static bool fp_conf_bad(const char *where, int lineno, const char *fmt, ...)
 
 #define FP_CONF_BAD(...) return fp_conf_bad(where, lineno, __VA_ARGS__)
 
+/* What the words after the action asked for. */
+struct fp_conf_parsed {
+	struct fp_rule rule;
+	const char *program;	/* NULL: any */
+	bool all, has_port;
+};
+
+/* The conditions of a rule, tok[1..n-1], into @p; false after a warning. */
+static bool fp_conf_conditions(char **tok, int n, struct fp_conf_parsed *p,
+			       const char *where, int lineno)
+{
+	int i;
+
+	for (i = 1; i < n; i++) {
+		const char *key = tok[i], *val = i + 1 < n ? tok[i + 1] : NULL;
+
+		if (strcmp(key, "all") == 0) {
+			if (p->all)
+				FP_CONF_BAD("\"all\" given twice");
+			p->all = true;
+			continue;
+		}
+		if (strcmp(key, "program") && strcmp(key, "address") && strcmp(key, "port"))
+			FP_CONF_BAD("unknown word \"%s\" (expected all, program, address or port)",
+				    key);
+		if (!val)
+			FP_CONF_BAD("\"%s\" needs a value", key);
+		i++;
+		if (strcmp(key, "program") == 0) {
+			if (p->program)
+				FP_CONF_BAD("\"program\" given twice");
+			p->program = val;
+		} else if (strcmp(key, "address") == 0) {
+			if (p->rule.has_address)
+				FP_CONF_BAD("\"address\" given twice");
+			if (!fp_conf_address(val, &p->rule))
+				FP_CONF_BAD("\"%s\" is not an IPv4 or IPv6 address with an optional "
+					    "/prefix", val);
+		} else {
+			if (p->has_port)
+				FP_CONF_BAD("\"port\" given twice");
+			if (!fp_conf_ports(val, &p->rule))
+				FP_CONF_BAD("\"%s\" is not a port or a range N-M within 0-65535",
+					    val);
+			p->has_port = true;
+		}
+	}
+	if (p->all && (p->rule.has_address || p->has_port))
+		FP_CONF_BAD("\"all\" cannot go with \"address\" or \"port\"");
+	return true;
+}
+
 bool fp_config_add_line(const char *line, const char *where, int lineno)
 {
 	char buf[FP_CONF_LINE_MAX], *tok[FP_CONF_TOKENS_MAX];
-	const char *program = NULL;
-	struct fp_rule r = { .port_lo = 0, .port_hi = 65535 };
-	bool has_port = false, all = false;
-	int n, i;
+	struct fp_conf_parsed p = { .rule = { .port_lo = 0, .port_hi = 65535 } };
+	int n;
 
 	if (strlen(line) >= sizeof(buf))
 		FP_CONF_BAD("line longer than %d bytes", FP_CONF_LINE_MAX - 1);
@@ -283,56 +333,22 @@ bool fp_config_add_line(const char *line, const char *where, int lineno)
 	if (n < 0)
 		FP_CONF_BAD("more than %d words", FP_CONF_TOKENS_MAX);
 	if (strcmp(tok[0], "exclude") == 0)
-		r.exclude = true;
+		p.rule.exclude = true;
 	else if (strcmp(tok[0], "include") != 0)
 		FP_CONF_BAD("\"%s\" is not \"exclude\" or \"include\"", tok[0]);
 	if (n == 1)
 		FP_CONF_BAD("\"%s\" needs what it applies to (all, program, address, port)",
 			    tok[0]);
-	for (i = 1; i < n; i++) {
-		const char *key = tok[i], *val = i + 1 < n ? tok[i + 1] : NULL;
-
-		if (strcmp(key, "all") == 0) {
-			if (all)
-				FP_CONF_BAD("\"all\" given twice");
-			all = true;
-			continue;
-		}
-		if (strcmp(key, "program") && strcmp(key, "address") && strcmp(key, "port"))
-			FP_CONF_BAD("unknown word \"%s\" (expected all, program, address or port)",
-				    key);
-		if (!val)
-			FP_CONF_BAD("\"%s\" needs a value", key);
-		i++;
-		if (strcmp(key, "program") == 0) {
-			if (program)
-				FP_CONF_BAD("\"program\" given twice");
-			program = val;
-		} else if (strcmp(key, "address") == 0) {
-			if (r.has_address)
-				FP_CONF_BAD("\"address\" given twice");
-			if (!fp_conf_address(val, &r))
-				FP_CONF_BAD("\"%s\" is not an IPv4 or IPv6 address with an optional "
-					    "/prefix", val);
-		} else {
-			if (has_port)
-				FP_CONF_BAD("\"port\" given twice");
-			if (!fp_conf_ports(val, &r))
-				FP_CONF_BAD("\"%s\" is not a port or a range N-M within 0-65535",
-					    val);
-			has_port = true;
-		}
-	}
-	if (all && (r.has_address || has_port))
-		FP_CONF_BAD("\"all\" cannot go with \"address\" or \"port\"");
-	if (!all && !r.has_address && !has_port) {
+	if (!fp_conf_conditions(tok, n, &p, where, lineno))
+		return false;
+	if (!p.all && !p.rule.has_address && !p.has_port) {
 		/* Only a program: a program rule. */
-		fp_conf_program_rule(r.exclude, program);
+		fp_conf_program_rule(p.rule.exclude, p.program);
 		return true;
 	}
-	if (program && !fp_conf_program_matches(program))
+	if (p.program && !fp_conf_program_matches(p.program))
 		return true;	/* a valid rule for another program */
-	if (!fp_conf_push(&r))
+	if (!fp_conf_push(&p.rule))
 		FP_CONF_BAD("no memory for the rule");
 	return true;
 }

@@ -41,6 +41,7 @@ static struct {
 	int fd;
 	bool failed;			/* creation failed: do not retry per socket */
 	bool atfork_set;
+	bool full_reported;		/* "all slots taken" was logged */
 } stat_seg = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
 
 /* Where the counters of a socket without a slot go. */
@@ -63,6 +64,7 @@ static void sock_stat_atfork_child(void)
 	stat_seg.slots = NULL;
 	stat_seg.free_head = 0;
 	stat_seg.failed = false;
+	stat_seg.full_reported = false;
 }
 
 /* Move @fd above the numbers an application uses; keeps it on failure. */
@@ -161,8 +163,14 @@ void sock_stat_attach(struct ferry_sock *s)
 	pthread_mutex_lock(&stat_seg.lock);
 	if (!stat_seg.hdr && !stat_seg.failed && sock_stat_create() < 0)
 		stat_seg.failed = true;
-	if (stat_seg.hdr)
+	if (stat_seg.hdr) {
 		slot = sock_stat_take();
+		if (!slot && !stat_seg.full_reported) {
+			ferry_info("sock: all %u statistics slots are taken: ferry-stat will not "
+				   "show sockets beyond them", SOCK_STAT_SLOTS);
+			stat_seg.full_reported = true;
+		}
+	}
 	if (slot) {
 		sock_stat_begin(slot);
 		slot->state = SOCK_STAT_UNCONN;
