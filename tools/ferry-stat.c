@@ -372,7 +372,8 @@ int main(int argc, char **argv)
 	for (i = 0; i < rows.n; i++)
 		if (stat_wanted(&rows.v[i], &o))
 			rows.v[n++] = rows.v[i];
-	qsort(rows.v, n, sizeof(rows.v[0]), stat_row_cmp);
+	if (n > 1)
+		qsort(rows.v, n, sizeof(rows.v[0]), stat_row_cmp);
 	if (o.json)
 		stat_print_json(rows.v, n);
 	else
