@@ -49,8 +49,10 @@ grep -q 'FERRY_PRELOAD_LIB=/nonexistent/lib.so' "$tmp/err" || fail "no message f
 
 # --- options become variables ---
 printvars='printf "%s|" "$FERRY_RBUF" "$FERRY_SBUF" "$FERRY_LOG" "$FERRY_POLL_US" "$FERRY_PRELOAD" "$FERRY_TRANSPORT" "$FERRY_EXCLUDE_PORTS"'
-out=$("$run" -r 64k -s 1M -l info -p 0 --off -t shm -x 22 sh -c "$printvars")
+out=$("$run" -r 64k -s 1M -l info -p 0 --off -t shm -x 22 sh -c "$printvars" 2> "$tmp/err")
 [ "$out" = "64k|1M|info|0|off|shm|22|" ] || fail "short options gave '$out'"
+# The shim in the child read them: --off and --log info together say so.
+grep -q 'FERRY_PRELOAD=off: ferry is off' "$tmp/err" || fail "the shim did not report --off: $(cat "$tmp/err")"
 out=$(FERRY_EXCLUDE_PORTS=80 "$run" --rbuf=65536 --sbuf=8192 --log=debug --poll-us=1000 \
       --transport=shm --exclude-port=6000-6010 sh -c "$printvars")
 [ "$out" = "65536|8192|debug|1000||shm|80,6000-6010|" ] || fail "long options gave '$out'"
