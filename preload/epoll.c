@@ -9,12 +9,15 @@
  *
  * epoll_wait first looks at the items that may have changed -- those whose
  * wake fd fired, new or modified ones, and level-triggered ones that were
- * ready last time -- then at the kernel's set without sleeping.  An item
- * found not ready is armed (its next completion raises its wake fd) and
- * looked at once more, so nothing that happens between the look and the
- * sleep is missed.  Edge-triggered items are armed again after each
- * report, so new data raises a new edge as it does in the kernel; ONESHOT
- * items are disabled after one report until EPOLL_CTL_MOD.
+ * ready last time; while spinning (FERRY_POLL_US, small sets) all of them
+ * -- then at the kernel's set without sleeping.  Before it sleeps, every
+ * item not armed since its last wake-up is armed (its next completion
+ * raises its wake fd) and looked at once more, so nothing that happens
+ * between the look and the sleep is missed.  An edge-triggered item is
+ * reported when it is ready and something happened since its last report
+ * (a wake-up, or a look that found it not ready), so new data raises a new
+ * edge as in the kernel; ONESHOT items are disabled after one report until
+ * EPOLL_CTL_MOD.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -40,54 +43,99 @@ struct fp_ep_item {
 	bool ready;			/* level-triggered and ready at the last look */
 	bool et_seen;			/* edge-triggered: reported ready, no edge since */
 	bool disabled;			/* ONESHOT item reported */
+	bool armed;			/* its next change raises its wake fd ... */
+	unsigned int gen;		/* ... unless its channel was drained since */
 	struct fp_ep_item *next;
 };
 
 struct fp_ep {
-	int hidden;
+	int hidden;			/* -1 until the first item */
 	pthread_mutex_t lock;
 	struct fp_ep_item *items;
 	int nitems;
+	/* Kernel fds in the application's set, when the shim saw it made:
+	 * with none there, waits need not ask the kernel. */
+	bool kernel_known;
+	int nkernel;
 	struct fp_ep *next;		/* in fp_eps */
 };
 
 static struct fp_ep *fp_eps;
 static pthread_mutex_t fp_eps_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static struct fp_ep *fp_ep_get(int epfd, bool create)
+static struct fp_ep *fp_ep_new(int epfd, bool kernel_known)
 {
-	struct fp_fd *e = fp_get(epfd);
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
-	struct fp_ep *ep;
+	struct fp_ep *ep = calloc(1, sizeof(*ep));
+	struct fp_fd *e = fp_new(FP_EPOLL, 0);
 
-	if (e && e->kind == FP_EPOLL)
-		return e->ep;
-	if (!create || e)
+	if (!ep || !e) {
+		free(ep);
+		fp_free(e);
 		return NULL;
-	ep = calloc(1, sizeof(*ep));
-	e = fp_new(FP_EPOLL, 0);
-	if (!ep || !e)
-		goto fail;
-	pthread_mutex_init(&ep->lock, NULL);
-	ep->hidden = fp_real.epoll_create1(EPOLL_CLOEXEC);
-	if (ep->hidden < 0)
-		goto fail;
-	ep->hidden = fp_hide_fd(ep->hidden);
-	if (fp_real.epoll_ctl(ep->hidden, EPOLL_CTL_ADD, epfd, &ev) < 0) {
-		fp_real.close(ep->hidden);
-		goto fail;
 	}
+	pthread_mutex_init(&ep->lock, NULL);
+	ep->hidden = -1;
+	ep->kernel_known = kernel_known;
 	e->ep = ep;
 	pthread_mutex_lock(&fp_eps_lock);
 	ep->next = fp_eps;
 	fp_eps = ep;
 	pthread_mutex_unlock(&fp_eps_lock);
-	fp_set(epfd, e);
+	fp_free(fp_set(epfd, e));
 	return ep;
-fail:
-	free(ep);
-	fp_free(e);
-	return NULL;
+}
+
+static struct fp_ep *fp_ep_get(int epfd, bool create)
+{
+	struct fp_fd *e = fp_get(epfd);
+
+	if (e && e->kind == FP_EPOLL)
+		return e->ep;
+	if (!create || e)
+		return NULL;
+	return fp_ep_new(epfd, false);
+}
+
+/* The hidden set: the application's set (data NULL) and the wake fds. */
+static int fp_ep_hidden(struct fp_ep *ep, int epfd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	int h;
+
+	if (ep->hidden >= 0)
+		return 0;
+	h = fp_real.epoll_create1(EPOLL_CLOEXEC);
+	if (h < 0)
+		return -1;
+	h = fp_hide_fd(h);
+	if (fp_real.epoll_ctl(h, EPOLL_CTL_ADD, epfd, &ev) < 0) {
+		fp_real.close(h);
+		return -1;
+	}
+	ep->hidden = h;
+	return 0;
+}
+
+FP_EXPORT int epoll_create1(int flags)
+{
+	int epfd;
+
+	fp_real_init();
+	epfd = fp_real.epoll_create1(flags);
+	if (epfd >= 0 && !fp_inside() && fp_enabled())
+		fp_ep_new(epfd, true);
+	return epfd;
+}
+
+FP_EXPORT int epoll_create(int size)
+{
+	int epfd;
+
+	fp_real_init();
+	epfd = fp_real.epoll_create(size);
+	if (epfd >= 0 && !fp_inside() && fp_enabled())
+		fp_ep_new(epfd, true);
+	return epfd;
 }
 
 static int fp_ep_wake_fds(struct fp_ep_item *it, int wfd[2])
@@ -141,8 +189,13 @@ FP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 	fp_real_init();
 	e = fp_inside() ? NULL : fp_get(fd);
-	if (!fp_is_managed(e))
-		return fp_real.epoll_ctl(epfd, op, fd, ev);
+	if (!fp_is_managed(e)) {
+		ret = fp_real.epoll_ctl(epfd, op, fd, ev);
+		ep = ret == 0 && !fp_inside() ? fp_ep_get(epfd, false) : NULL;
+		if (ep && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_DEL))
+			atomic_fetch_add((atomic_int *)&ep->nkernel, op == EPOLL_CTL_ADD ? 1 : -1);
+		return ret;
+	}
 	if (op != EPOLL_CTL_DEL && !ev)
 		return ERR(EFAULT);
 	if (fp_real.fcntl(epfd, F_GETFD) < 0)
@@ -158,6 +211,10 @@ FP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	case EPOLL_CTL_ADD:
 		if (it) {
 			ret = ERR(EEXIST);
+			break;
+		}
+		if (fp_ep_hidden(ep, epfd) < 0) {
+			ret = -1;
 			break;
 		}
 		it = calloc(1, sizeof(*it));
@@ -212,13 +269,54 @@ static void fp_ep_arm(struct fp_ep_item *it)
 {
 	struct ferry_sock *s;
 
+	it->armed = true;
 	if (it->e->kind != FP_FERRY)
 		return;	/* a listener's fds are raised without arming */
 	FP_ENTER();
 	s = sock_get(it->e->sfd);
-	if (s)
+	if (s) {
+		it->gen = atomic_load(&s->drain_gen);
 		sock_wait_arm(s);
+	}
 	FP_LEAVE();
+}
+
+/* Is @it still armed?  A thread of the program blocked in a call on the
+ * same socket may have drained the event the arm was waiting for. */
+static bool fp_ep_still_armed(struct fp_ep_item *it)
+{
+	struct ferry_sock *s;
+	bool armed = it->armed;
+
+	if (armed && it->e->kind == FP_FERRY) {
+		FP_ENTER();
+		s = sock_get(it->e->sfd);
+		armed = s && atomic_load(&s->drain_gen) == it->gen;
+		FP_LEAVE();
+	}
+	return armed;
+}
+
+/*
+ * Before sleeping: arm every item not armed since its last wake-up, and
+ * mark it to be looked at again, since a change between the last look and
+ * the arm raised nothing.  Returns how many were armed now.  Arming only
+ * here, not at every look, keeps a busy connection off the system calls
+ * a wake-up costs its peer.  ep->lock held.
+ */
+static int fp_ep_arm_all(struct fp_ep *ep)
+{
+	struct fp_ep_item *it;
+	int n = 0;
+
+	for (it = ep->items; it; it = it->next) {
+		if (it->disabled || fp_ep_still_armed(it))
+			continue;
+		fp_ep_arm(it);
+		it->pending = true;
+		n++;
+	}
+	return n;
 }
 
 /*
@@ -239,11 +337,6 @@ static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, boo
 		rev = fp_revents(it->fd, it->e, (short)(it->events & 0xffff));
 		rev &= (short)(it->events | EPOLLERR | EPOLLHUP);
 		if (!rev) {
-			fp_ep_arm(it);
-			rev = fp_revents(it->fd, it->e, (short)(it->events & 0xffff));
-			rev &= (short)(it->events | EPOLLERR | EPOLLHUP);
-		}
-		if (!rev) {
 			it->pending = it->ready = it->et_seen = false;
 			continue;
 		}
@@ -253,10 +346,7 @@ static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, boo
 		out[n++].data = it->data;
 		it->pending = false;
 		it->ready = !et;
-		if (et) {
-			it->et_seen = true;
-			fp_ep_arm(it);
-		}
+		it->et_seen = et;
 		if (it->events & EPOLLONESHOT)
 			it->disabled = true;
 	}
@@ -280,6 +370,7 @@ static void fp_ep_woken(struct fp_ep *ep, struct epoll_event *hev, int n)
 		if (!x)
 			continue;	/* removed meanwhile */
 		it->pending = true;
+		it->armed = false;
 		if (it->e->kind != FP_FERRY)
 			continue;
 		FP_ENTER();
@@ -289,6 +380,12 @@ static void fp_ep_woken(struct fp_ep *ep, struct epoll_event *hev, int n)
 			sock_wait_release(s);
 		}
 		FP_LEAVE();
+		/* Several items of one socket (dup'd fds): all of them. */
+		for (x = ep->items; x; x = x->next)
+			if (x != it && x->e == it->e) {
+				x->pending = true;
+				x->armed = false;
+			}
 	}
 	pthread_mutex_unlock(&ep->lock);
 }
@@ -299,7 +396,9 @@ static int fp_epoll_wait(int epfd, struct epoll_event *events, int max, int64_t 
 	struct fp_ep *ep = fp_inside() ? NULL : fp_ep_get(epfd, false);
 	uint64_t start, deadline, spin_end;
 	struct epoll_event hev[64];
+	unsigned int turn = 0;
 	int n, k, ms;
+	bool spinning, armed;
 
 	if (!ep || !ep->nitems) {
 		ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
@@ -311,12 +410,19 @@ static int fp_epoll_wait(int epfd, struct epoll_event *events, int max, int64_t 
 	deadline = timeout_ns < 0 ? 0 : start + (uint64_t)timeout_ns;
 	spin_end = start + (uint64_t)sock_poll_us() * 1000u;
 	for (;;) {
-		bool spinning = fp_now_ns() < spin_end && ep->nitems <= FP_EP_SPIN_ITEMS;
-
+		spinning = ep->nitems <= FP_EP_SPIN_ITEMS && fp_now_ns() < spin_end;
+		armed = false;
 		pthread_mutex_lock(&ep->lock);
 		n = fp_ep_collect(ep, events, max, spinning);
+		if (!n && !spinning && timeout_ns != 0 && fp_ep_arm_all(ep)) {
+			n = fp_ep_collect(ep, events, max, false);
+			armed = true;
+		}
 		pthread_mutex_unlock(&ep->lock);
-		if (n < max) {
+		/* The kernel's fds: every turn unless known to be none, and
+		 * while spinning only every eighth. */
+		if (n < max && (!ep->kernel_known || atomic_load((atomic_int *)&ep->nkernel) > 0) &&
+		    (!spinning || !(turn++ & 7))) {
 			k = fp_real.epoll_wait(epfd, events + n, max - n, 0);
 			if (k < 0 && !n)
 				return -1;
@@ -324,7 +430,7 @@ static int fp_epoll_wait(int epfd, struct epoll_event *events, int max, int64_t 
 		}
 		if (n || timeout_ns == 0)
 			return n;
-		if (spinning)
+		if (spinning || armed)
 			continue;
 		ms = -1;
 		if (deadline) {
@@ -407,7 +513,8 @@ void fp_epoll_free(struct fp_ep *ep)
 		ep->items = item->next;
 		free(item);
 	}
-	fp_real.close(ep->hidden);
+	if (ep->hidden >= 0)
+		fp_real.close(ep->hidden);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep);
 }

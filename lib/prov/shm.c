@@ -410,16 +410,22 @@ static int shm_destroy_comp_channel(struct ferry_comp_channel *ch)
 
 static int shm_get_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p)
 {
-	int flags = fcntl(ch->fd, F_GETFL);
 	struct epoll_event ev;
 	struct shm_cq *scq;
 	uint64_t count;
-	int n;
+	int n, timeout = 0;
 
 	for (;;) {
-		n = epoll_wait(ch->fd, &ev, 1, (flags & O_NONBLOCK) ? 0 : -1);
+		/* An event there is taken without asking whether the channel
+		 * may block: that costs a system call (the flag is the fd's,
+		 * set by the application with fcntl, as on ibverbs). */
+		n = epoll_wait(ch->fd, &ev, 1, timeout);
 		if (n < 0)
 			return -1;	/* EINTR goes to the caller, as ibverbs */
+		if (n == 0 && timeout == 0 && !(fcntl(ch->fd, F_GETFL) & O_NONBLOCK)) {
+			timeout = -1;
+			continue;
+		}
 		if (n == 0)
 			return ERR(EAGAIN);
 		scq = ev.data.ptr;

@@ -241,6 +241,7 @@ struct ferry_sock {
 	pthread_cond_t wait_cond;
 	bool wait_leader;
 	uint64_t wait_gen;
+	atomic_uint drain_gen;		/* channel drains: an arm before one is spent */
 
 	/* Keepalive (service thread). */
 	uint64_t ka_next_ns;

@@ -85,6 +85,7 @@ void sock_wait_drain(struct ferry_sock *s)
 	struct ferry_cq *cq;
 	void *ctx;
 
+	atomic_fetch_add(&s->drain_gen, 1);
 	if (s->cch) {
 		while (ferry_get_cq_event(s->cch, &cq, &ctx) == 0)
 			ferry_ack_cq_events(cq, 1);
