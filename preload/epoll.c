@@ -150,9 +150,7 @@ static int fp_ep_wake_fds(struct fp_ep_item *it, int wfd[2])
 			wfd[n++] = s->fd;
 	} else {
 		wfd[n++] = it->fd;
-		s = sock_get(it->e->ferry_fd);
-		if (s)
-			wfd[n++] = s->fd;
+		wfd[n++] = it->e->ready_efd;
 	}
 	FP_LEAVE();
 	return n;

@@ -52,9 +52,8 @@ short fp_revents(int fd, struct fp_fd *e, short events)
 		break;
 	case FP_LISTEN:
 		rev = fp_kernel_revents(fd, events);
-		s = sock_get(e->ferry_fd);
-		if (s)
-			rev |= sock_revents(s, events) & POLLIN;
+		if ((events & POLLIN) && fp_acceptor_ready(e))
+			rev |= POLLIN;
 		break;
 	default:
 		rev = fp_kernel_revents(fd, events);
@@ -83,9 +82,7 @@ int fp_sleep_prepare(int fd, struct fp_fd *e, int wfd[2], bool *led)
 		break;
 	case FP_LISTEN:
 		wfd[n++] = fd;
-		s = sock_get(e->ferry_fd);
-		if (s)
-			wfd[n++] = s->fd;
+		wfd[n++] = e->ready_efd;
 		break;
 	default:
 		wfd[n++] = fd;

@@ -130,8 +130,10 @@ struct fp_fd {
 	int nodelay, keepalive, keepidle, keepintvl, keepcnt;
 	struct linger linger;
 	bool linger_set;
-	/* FP_LISTEN: the ferry listener beside the kernel one (-1: none). */
+	/* FP_LISTEN: the ferry listener beside the kernel one (-1: none),
+	 * and the eventfd the acceptor raises when it has connections. */
 	int ferry_fd;
+	int ready_efd;
 	bool accept_ferry_first;	/* alternate which accept queue goes first */
 	/* FP_FERRY: the number lib/sock knows it by (one of its names), and
 	 * the shared count of processes holding it (fork.c). */
@@ -192,6 +194,14 @@ uint64_t fp_now_ns(void);
 int fp_accept_wait(int fd, struct fp_fd *e);
 /* Another fd with the same entry as @fd, or -1. */
 int fp_alias(int fd, struct fp_fd *e);
+
+/* --- accept.c: the acceptor thread --- */
+
+/* Have the acceptor complete @e's ferry handshakes in the background. */
+int fp_acceptor_add(struct fp_fd *e);
+void fp_acceptor_del(struct fp_fd *e);
+/* Has @e's ferry listener a connection to accept?  (FP_ENTER'd caller.) */
+bool fp_acceptor_ready(struct fp_fd *e);
 
 /* --- fork.c --- */
 

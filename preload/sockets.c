@@ -264,6 +264,16 @@ FP_EXPORT int listen(int fd, int backlog)
 		return ret;
 	}
 	e->ferry_fd = lfd;
+	if (fp_acceptor_add(e) < 0) {
+		fp_info("listen on %s: no acceptor (%m): TCP only",
+			fp_addr_str((struct sockaddr *)&ss, name, sizeof(name)));
+		FP_ENTER();
+		ferry_sock_close(lfd);
+		FP_LEAVE();
+		e->ferry_fd = -1;
+		fp_free(fp_set(fd, NULL));
+		return ret;
+	}
 	e->kind = FP_LISTEN;
 	ferry_debug("listen on %s: TCP and ferry",
 		    fp_addr_str((struct sockaddr *)&ss, name, sizeof(name)));
@@ -281,7 +291,10 @@ static int fp_accept_ferry(struct fp_fd *e, struct sockaddr *addr, socklen_t *le
 	if (!refs)
 		return ERR(EAGAIN);
 	FP_ENTER();
-	nfd = ferry_sock_accept4(e->ferry_fd, addr, len, (flags & SOCK_NONBLOCK) | SOCK_CLOEXEC);
+	do {
+		nfd = ferry_sock_accept4(e->ferry_fd, addr, len,
+					 (flags & SOCK_NONBLOCK) | SOCK_CLOEXEC);
+	} while (nfd < 0 && errno == EAGAIN && fp_acceptor_ready(e));
 	FP_LEAVE();
 	ne = nfd >= 0 ? fp_new(FP_FERRY, e->domain) : NULL;
 	if (!ne) {
@@ -403,6 +416,7 @@ static int fp_release(int fd, struct fp_fd *e)
 	switch (e->kind) {
 	case FP_LISTEN:
 		fp_epoll_forget(fd);
+		fp_acceptor_del(e);
 		FP_ENTER();
 		ferry_sock_close(e->ferry_fd);
 		FP_LEAVE();
