@@ -105,6 +105,7 @@ int shm_cm_listen(struct cm_id_priv *id, int backlog)
 /* --- incoming connections --- */
 
 static void shm_cm_on_request(evutil_socket_t fd, short what, void *arg);
+static bool shm_cm_take_request(struct shm_cm_id *st, int sock);
 
 static void shm_cm_pending_new(struct shm_cm_id *st, int sock)
 {
@@ -142,7 +143,11 @@ static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg)
 				ferry_warn("cm: accepting a connection: %m");
 			return;
 		}
-		shm_cm_pending_new(st, sock);
+		/* A client sends its request right after connecting: it is
+		 * usually there already, and waiting for it costs a trip
+		 * through the loop. */
+		if (!shm_cm_take_request(st, sock))
+			shm_cm_pending_new(st, sock);
 	}
 }
 
@@ -204,35 +209,48 @@ static bool shm_cm_request_ok(const struct shm_cm_id *st, const struct cm_msg *m
 	       cm_addr_port((const struct sockaddr *)&msg->dst) == cm_addr_port(src);
 }
 
-static void shm_cm_on_request(evutil_socket_t fd, short what, void *arg)
+/*
+ * Read the request on @sock, a connection the listener @st took: false if
+ * none is there yet.  Else the connection is dealt with (a new request id
+ * has it, or it is dropped with a line at info) and true.
+ */
+static bool shm_cm_take_request(struct shm_cm_id *st, int sock)
 {
-	struct shm_cm_pending *p = arg;
 	uint8_t buf[CM_MSG_MAX_SIZE + 1];
 	struct cm_msg msg;
 	ssize_t n;
+
+	n = shm_cm_recv(sock, buf, sizeof(buf));
+	if (n < 0 && errno == EAGAIN)
+		return false;
+	if (n <= 0 || cm_msg_parse(buf, (size_t)n, &msg) < 0 ||
+	    !shm_cm_request_ok(st, &msg)) {
+		ferry_info("cm: dropping a connection: %s",
+			   n == 0 ? "closed before its request" :
+			   n < 0 ? strerror(errno) : "malformed request");
+		close(sock);
+		return true;
+	}
+	if (shm_cm_request(st, sock, &msg) < 0)
+		close(sock);
+	return true;
+}
+
+static void shm_cm_on_request(evutil_socket_t fd, short what, void *arg)
+{
+	struct shm_cm_pending *p = arg;
+	struct timeval tv = shm_cm_tv(SHM_CM_REQUEST_TIMEOUT_MS);
 
 	if (what & EV_TIMEOUT) {
 		ferry_info("cm: dropping a connection that sent no request");
 		shm_cm_pending_free(p);
 		return;
 	}
-	n = shm_cm_recv(p->sock, buf, sizeof(buf));
-	if (n < 0 && errno == EAGAIN) {
-		struct timeval tv = shm_cm_tv(SHM_CM_REQUEST_TIMEOUT_MS);
-
+	if (!shm_cm_take_request(p->listener, p->sock)) {
 		event_add(p->ev, &tv);
 		return;
 	}
-	if (n <= 0 || cm_msg_parse(buf, (size_t)n, &msg) < 0 ||
-	    !shm_cm_request_ok(p->listener, &msg)) {
-		ferry_info("cm: dropping a connection: %s",
-			   n == 0 ? "closed before its request" :
-			   n < 0 ? strerror(errno) : "malformed request");
-		shm_cm_pending_free(p);
-		return;
-	}
-	if (shm_cm_request(p->listener, p->sock, &msg) == 0)
-		p->sock = -1;	/* the new id has it */
+	p->sock = -1;	/* dealt with */
 	shm_cm_pending_free(p);
 }
 
