@@ -18,7 +18,9 @@
  *    sparing two thread switches, provided every transport involved says
  *    so (cm_transport.calls_inline).  The transport sets in_loop before it
  *    hands the loop its first event of the id, and touches the id no more
- *    in that call.
+ *    in that call.  A call that ends the id's life in the loop (accept,
+ *    reject, disconnect, destroy) may take the id back first
+ *    (cm_transport.unloop: event_del waits out a callback that runs).
  *
  * Two things always run in the caller's thread because they may block:
  * QP creation (ferry_cm_create_qp, cm_transport.qp_init) and
@@ -94,6 +96,16 @@ struct cm_transport {
 	 * CM thread, whatever in_loop says.
 	 */
 	bool calls_inline;
+	/*
+	 * Caller's thread, for a call that ends the id's life in the loop or
+	 * starts it anew (accept, reject, disconnect, destroy): take the id
+	 * back from the loop, waiting for a callback of it that runs, and
+	 * clear in_loop, so that the call can run right there.  -1: the loop
+	 * keeps it (the call goes to the CM thread).
+	 */
+	int (*unloop)(struct cm_id_priv *id);
+	/* Caller's thread: the call after unloop failed; give the id back. */
+	void (*reloop)(struct cm_id_priv *id);
 
 	/* Can this transport reach @dst?  Quick and synchronous; any thread. */
 	bool (*reaches)(const struct sockaddr *dst);
@@ -197,6 +209,13 @@ int cm_thread_call(int (*fn)(void *arg), void *arg);
  */
 int cm_id_call(struct cm_id_priv *id, const struct cm_transport *tp,
 	       int (*fn)(void *arg), void *arg);
+/*
+ * cm_id_call_taking - as cm_id_call, for a call that ends the id's life in
+ * the loop or starts it anew: first take the id from the loop if @tp can
+ * (cm_transport.unloop), which spares the trip to the CM thread.
+ */
+int cm_id_call_taking(struct cm_id_priv *id, const struct cm_transport *tp,
+		      int (*fn)(void *arg), void *arg);
 
 /* --- cm_event.c --- */
 

@@ -146,7 +146,7 @@ int ferry_destroy_id(struct ferry_cm_id *id)
 	if (!id)
 		return ERR(EINVAL);
 	priv = to_cm_id(id);
-	if (cm_id_call(priv, priv->tp, cm_destroy_op, priv) < 0)
+	if (cm_id_call_taking(priv, priv->tp, cm_destroy_op, priv) < 0)
 		return -1;
 	cm_sync_release(priv);
 	cm_event_wait_acked(priv);
@@ -529,7 +529,7 @@ int ferry_accept(struct ferry_cm_id *id, struct ferry_conn_param *conn_param)
 		return ERR(EINVAL);
 	priv = to_cm_id(id);
 	op = (struct cm_op){ .id = priv, .param = cm_param_or_default(conn_param, &dflt) };
-	if (cm_id_call(priv, priv->tp, cm_accept_begin_op, &op) < 0)
+	if (cm_id_call_taking(priv, priv->tp, cm_accept_begin_op, &op) < 0)
 		return -1;
 	if (priv->tp->accept(priv, op.param) < 0) {
 		int e = errno;
@@ -569,7 +569,7 @@ int ferry_reject(struct ferry_cm_id *id, const void *private_data,
 	    (private_data_len && !private_data))
 		return ERR(EINVAL);
 	op.id = to_cm_id(id);
-	return cm_id_call(op.id, op.id->tp, cm_reject_op, &op);
+	return cm_id_call_taking(op.id, op.id->tp, cm_reject_op, &op);
 }
 
 static int cm_disconnect_op(void *arg)
@@ -595,7 +595,8 @@ int ferry_disconnect(struct ferry_cm_id *id)
 {
 	if (!id)
 		return ERR(EINVAL);
-	return cm_id_call(to_cm_id(id), to_cm_id(id)->tp, cm_disconnect_op, to_cm_id(id));
+	return cm_id_call_taking(to_cm_id(id), to_cm_id(id)->tp, cm_disconnect_op,
+				 to_cm_id(id));
 }
 
 /* --- addresses and names --- */

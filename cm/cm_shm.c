@@ -55,16 +55,29 @@ struct shm_cm_id *shm_cm_state(struct cm_id_priv *id)
 	return *cm_tp_data(id, &cm_shm_transport);
 }
 
+static void shm_cm_unaimed(evutil_socket_t fd, short what, void *arg)
+{
+}
+
 struct shm_cm_id *shm_cm_state_get(struct cm_id_priv *id)
 {
 	void **slot = cm_tp_data(id, &cm_shm_transport);
+	struct event_base *base;
 	struct shm_cm_id *st = *slot;
 
 	if (st)
 		return st;
+	base = cm_thread_base();
 	st = calloc(1, sizeof(*st));
-	if (!st)
+	if (!base || !st) {
+		free(st);
 		return NULL;
+	}
+	st->sock_ev = event_new(base, -1, 0, shm_cm_unaimed, st);
+	if (!st->sock_ev) {
+		free(st);
+		return NULL;
+	}
 	st->id = id;
 	st->bind_fd = st->sock = -1;
 	*slot = st;
@@ -96,6 +109,7 @@ static void shm_cm_destroy(struct cm_id_priv *id)
 	if (st->bind_fd >= 0)
 		close(st->bind_fd);
 	shm_cm_close_sock(st);
+	event_free(st->sock_ev);
 	free(st);
 	*slot = NULL;
 }
@@ -152,10 +166,7 @@ void shm_cm_close_sock(struct shm_cm_id *st)
 {
 	char junk[64];
 
-	if (st->sock_ev) {
-		event_free(st->sock_ev);
-		st->sock_ev = NULL;
-	}
+	shm_cm_disarm(st);
 	if (st->sock < 0)
 		return;
 	shutdown(st->sock, SHUT_RDWR);
@@ -263,6 +274,7 @@ static void shm_cm_on_hangup(evutil_socket_t fd, short what, void *arg)
 {
 	struct shm_cm_id *st = arg;
 
+	shm_cm_fired(st);
 	ferry_debug("cm: peer of QP %u hung up",
 		    st->id->id.qp ? st->id->id.qp->qp_num : 0);
 	shm_cm_close_sock(st);
@@ -270,20 +282,82 @@ static void shm_cm_on_hangup(evutil_socket_t fd, short what, void *arg)
 		cm_id_disconnected(st->id);
 }
 
-/* Watch an exchanged socket for hang-up, never reading it. */
-int shm_cm_watch_hangup(struct shm_cm_id *st)
+int shm_cm_arm(struct shm_cm_id *st, int fd, short what, event_callback_fn cb,
+	       const struct timeval *tv)
 {
-	st->sock_ev = event_new(cm_thread_base(), st->sock, EV_CLOSED,
-				shm_cm_on_hangup, st);
-	st->id->in_loop = true;
-	if (!st->sock_ev || event_add(st->sock_ev, NULL) < 0) {
-		ferry_warn("cm: cannot watch a connection for hang-up");
-		if (st->sock_ev)
-			event_free(st->sock_ev);
-		st->sock_ev = NULL;
+	struct event_base *base = cm_thread_base();
+
+	if (!base || event_assign(st->sock_ev, base, fd, what, cb, st) < 0)
+		return ERR(ENOMEM);
+	st->armed = true;
+	st->armed_deadline_ms = tv ? shm_cm_now_ms() + (uint64_t)tv->tv_sec * 1000 +
+				     (uint64_t)tv->tv_usec / 1000 : 0;
+	st->id->in_loop = true;	/* before the loop can see it */
+	if (event_add(st->sock_ev, tv) < 0) {
+		st->armed = false;
 		return ERR(ENOMEM);
 	}
 	return 0;
+}
+
+void shm_cm_disarm(struct shm_cm_id *st)
+{
+	st->armed = false;
+	event_del(st->sock_ev);
+}
+
+void shm_cm_fired(struct shm_cm_id *st)
+{
+	st->armed = false;
+}
+
+/* Watch an exchanged socket for hang-up, never reading it. */
+int shm_cm_watch_hangup(struct shm_cm_id *st)
+{
+	if (shm_cm_arm(st, st->sock, EV_CLOSED, shm_cm_on_hangup, NULL) < 0) {
+		ferry_warn("cm: cannot watch a connection for hang-up");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The caller's thread: take the id back from the loop for a call that
+ * ends or restarts its life there.  event_del waits for a callback of the
+ * id that runs right now, and once it returns none will run.  A listener
+ * (its connections and requests have events of their own) stays the
+ * loop's.
+ */
+static int shm_cm_unloop(struct cm_id_priv *id)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+
+	if (st && (st->accept_ev || st->pending))
+		return ERR(EBUSY);
+	if (st)
+		event_del(st->sock_ev);	/* armed says whether to give it back */
+	id->in_loop = false;
+	return 0;
+}
+
+/*
+ * The call that took the id failed without changing it: give the loop its
+ * event back as it was (the rest of its timeout).
+ */
+static void shm_cm_reloop(struct cm_id_priv *id)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+	uint64_t now = shm_cm_now_ms();
+	struct timeval tv;
+
+	if (!st || !st->armed) {
+		id->in_loop = true;	/* nothing of it there: harmless */
+		return;
+	}
+	tv = shm_cm_tv(st->armed_deadline_ms > now ? st->armed_deadline_ms - now : 0);
+	id->in_loop = true;
+	if (event_add(st->sock_ev, st->armed_deadline_ms ? &tv : NULL) < 0)
+		ferry_warn("cm: cannot watch a connection again");
 }
 
 
@@ -325,6 +399,8 @@ const struct cm_transport cm_shm_transport = {
 	.resolve_route = shm_cm_resolve_route,
 	.qp_init = cm_qp_to_init_default,
 	.connect = shm_cm_connect,
+	.unloop = shm_cm_unloop,
+	.reloop = shm_cm_reloop,
 	.accept_begin = shm_cm_accept_begin,
 	.accept = shm_cm_accept,
 	.reject = shm_cm_reject,

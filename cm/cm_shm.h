@@ -12,10 +12,10 @@
 #include <sys/time.h>
 #include <sys/un.h>
 
+#include <event2/event.h>
+
 #include "cm-internal.h"
 #include "cm_msg.h"
-
-struct event;
 
 #define SHM_CM_NAME_PREFIX	"ferry/cm/v1"
 /* How long a client waits for ACCEPT or REJECT (the user may be slow). */
@@ -39,7 +39,12 @@ struct shm_cm_id {
 	struct event *accept_ev;	/* bind_fd readable */
 	struct shm_cm_pending *pending;	/* accepted, waiting for CONNECT_REQ */
 	int sock;			/* the connection, -1 */
-	struct event *sock_ev;		/* reply, hang-up or retry timer */
+	/* Reply, hang-up or retry timer: one event for the id's whole life,
+	 * aimed anew by shm_cm_arm, so that another thread may event_del it
+	 * (shm_cm_unloop) without racing with a callback that replaces it. */
+	struct event *sock_ev;
+	bool armed;			/* sock_ev added and its callback not run yet */
+	uint64_t armed_deadline_ms;	/* its timeout's end, 0: none */
 	/* Client: the request and where to send it. */
 	struct cm_msg_param param;
 	uint8_t req[CM_MSG_MAX_SIZE];
@@ -79,6 +84,17 @@ void shm_cm_msg_param(struct cm_msg_param *mp, const struct ferry_conn_param *cp
 uint8_t shm_cm_min(uint8_t a, uint8_t b);
 /* After the QP exchange: watch the socket for EV_CLOSED only. */
 int shm_cm_watch_hangup(struct shm_cm_id *st);
+/*
+ * shm_cm_arm - aim the id's event at @fd for @what, calling @cb, and add it
+ * (timeout @tv, may be NULL): the loop owns the id from now (in_loop).
+ * The owner's thread; the event must not be pending.
+ */
+int shm_cm_arm(struct shm_cm_id *st, int fd, short what, event_callback_fn cb,
+	       const struct timeval *tv);
+/* Stop the id's event (it stays allocated). */
+void shm_cm_disarm(struct shm_cm_id *st);
+/* First thing in a callback of the id's event: it is no longer added. */
+void shm_cm_fired(struct shm_cm_id *st);
 
 /* cm_shm_listen.c */
 int shm_cm_bind(struct cm_id_priv *id);

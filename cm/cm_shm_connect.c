@@ -85,8 +85,7 @@ static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *ms
 	struct ferry_conn_param cp;
 	uint32_t peer_qpn;
 
-	event_free(st->sock_ev);
-	st->sock_ev = NULL;
+	shm_cm_disarm(st);
 	if (!id->id.qp) {
 		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, EINVAL);
 		return;
@@ -116,6 +115,7 @@ static void shm_cm_on_reply(evutil_socket_t fd, short what, void *arg)
 	struct cm_msg msg;
 	ssize_t n;
 
+	shm_cm_fired(st);
 	if (what & EV_TIMEOUT) {
 		ferry_info("cm: no answer from the listener in %d ms",
 			   SHM_CM_CONNECT_TIMEOUT_MS);
@@ -127,7 +127,8 @@ static void shm_cm_on_reply(evutil_socket_t fd, short what, void *arg)
 		uint64_t now = shm_cm_now_ms();
 		struct timeval tv = shm_cm_tv(st->deadline_ms > now ? st->deadline_ms - now : 0);
 
-		event_add(st->sock_ev, &tv);
+		if (shm_cm_arm(st, st->sock, EV_READ, shm_cm_on_reply, &tv) < 0)
+			shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, ENOMEM);
 		return;
 	}
 	if (n <= 0) {
@@ -179,9 +180,7 @@ static int shm_cm_send_request(struct shm_cm_id *st, int sock)
 		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, e);
 		return 0;
 	}
-	st->sock_ev = event_new(cm_thread_base(), sock, EV_READ, shm_cm_on_reply, st);
-	st->id->in_loop = true;	/* and hands, with event_add, the id over */
-	if (!st->sock_ev || event_add(st->sock_ev, &tv) < 0) {
+	if (shm_cm_arm(st, sock, EV_READ, shm_cm_on_reply, &tv) < 0) {
 		shm_cm_close_sock(st);
 		return ERR(ENOMEM);
 	}
@@ -200,11 +199,7 @@ static int shm_cm_retry_later(struct shm_cm_id *st)
 		cm_event_report(st->id, NULL, FERRY_CM_EVENT_UNREACHABLE, ETIMEDOUT, NULL);
 		return 0;
 	}
-	st->sock_ev = evtimer_new(cm_thread_base(), shm_cm_on_retry, st);
-	st->id->in_loop = true;
-	if (!st->sock_ev || evtimer_add(st->sock_ev, &tv) < 0)
-		return ERR(ENOMEM);
-	return 0;
+	return shm_cm_arm(st, -1, 0, shm_cm_on_retry, &tv);
 }
 
 /* Try the names in order; report REJECTED when none listens. */
@@ -237,8 +232,7 @@ static void shm_cm_on_retry(evutil_socket_t fd, short what, void *arg)
 {
 	struct shm_cm_id *st = arg;
 
-	event_free(st->sock_ev);	/* the timer; a new try makes what it needs */
-	st->sock_ev = NULL;
+	shm_cm_fired(st);
 	if (shm_cm_try_connect(st) < 0)
 		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, errno);
 }
@@ -269,7 +263,7 @@ int shm_cm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param)
 
 	if (!st)
 		return ERR(ENOMEM);
-	if (st->sock >= 0 || st->sock_ev)
+	if (st->sock >= 0)
 		return ERR(EISCONN);
 	if (shm_cm_encode_request(st, param) < 0)
 		return -1;

@@ -178,10 +178,11 @@ static int shm_cm_request(struct shm_cm_id *st, int sock, const struct cm_msg *m
 	rst = shm_cm_state_get(req);
 	if (!rst)
 		goto err_free_id;
-	rst->sock_ev = event_new(cm_thread_base(), sock, EV_CLOSED, shm_cm_on_request_gone, rst);
-	if (!rst->sock_ev || event_add(rst->sock_ev, NULL) < 0)
-		goto err_free_state;
 	rst->sock = sock;
+	if (shm_cm_arm(rst, sock, EV_CLOSED, shm_cm_on_request_gone, NULL) < 0) {
+		rst->sock = -1;
+		goto err_free_state;
+	}
 	shm_cm_request_route(req, st->id, msg);
 	req->peer.max_rd_atomic = msg->param.responder_resources;
 	req->peer.max_dest_rd_atomic = msg->param.initiator_depth;
@@ -192,8 +193,7 @@ static int shm_cm_request(struct shm_cm_id *st, int sock, const struct cm_msg *m
 	return 0;
 
 err_free_state:
-	if (rst->sock_ev)
-		event_free(rst->sock_ev);
+	event_free(rst->sock_ev);
 	free(rst);
 err_free_id:
 	cm_id_free_unreported(req);
@@ -264,6 +264,7 @@ static void shm_cm_on_request_gone(evutil_socket_t fd, short what, void *arg)
 {
 	struct shm_cm_id *st = arg;
 
+	shm_cm_fired(st);
 	if (st->id->state != CM_CONNECT_REQ)
 		return;
 	ferry_info("cm: the client of a pending request went away");
@@ -285,10 +286,7 @@ int shm_cm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param *pa
 
 	if (!st || st->sock < 0)
 		return ERR(ECONNRESET);
-	if (st->sock_ev) {
-		event_free(st->sock_ev);
-		st->sock_ev = NULL;
-	}
+	shm_cm_disarm(st);
 	shm_cm_msg_param(&msg.param, param);
 	msg.pdata_len = param->private_data_len;
 	if (msg.pdata_len)

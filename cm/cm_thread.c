@@ -210,3 +210,22 @@ int cm_id_call(struct cm_id_priv *id, const struct cm_transport *tp,
 		return fn(arg);
 	return cm_thread_call(fn, arg);
 }
+
+int cm_id_call_taking(struct cm_id_priv *id, const struct cm_transport *tp,
+		      int (*fn)(void *arg), void *arg)
+{
+	bool taken = id->in_loop && tp && tp->calls_inline && !cm_thread_is_self() &&
+		     tp->unloop(id) == 0;
+	int ret = cm_id_call(id, tp, fn, arg);
+
+	/* A call refused (the wrong state, say) must not cost the id its
+	 * watch: one that failed after taking it made its own arrangements
+	 * (a closed socket leaves nothing to watch). */
+	if (ret < 0 && taken && !id->in_loop) {
+		int e = errno;
+
+		tp->reloop(id);
+		errno = e;
+	}
+	return ret;
+}

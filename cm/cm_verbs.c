@@ -381,6 +381,16 @@ static int vcm_connect(struct cm_id_priv *id, const struct ferry_conn_param *par
 	return verbs_ret_errno(rdma_connect(st->rid, &rp));
 }
 
+/* librdmacm's events reach an id any time: it stays the loop's. */
+static int vcm_unloop(struct cm_id_priv *id)
+{
+	return ERR(ENOTSUP);
+}
+
+static void vcm_reloop(struct cm_id_priv *id)
+{
+}
+
 /* CM thread: nothing to do before vcm_accept. */
 static int vcm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param *param)
 {
@@ -564,6 +574,8 @@ const struct cm_transport cm_verbs_transport = {
 	.resolve_route = vcm_resolve_route,
 	.qp_init = vcm_qp_init,
 	.connect = vcm_connect,
+	.unloop = vcm_unloop,
+	.reloop = vcm_reloop,
 	.accept_begin = vcm_accept_begin,
 	.accept = vcm_accept,
 	.reject = vcm_reject,

@@ -256,6 +256,42 @@ START_TEST(test_client_dies_before_accept)
 }
 END_TEST
 
+/*
+ * A call the request refuses (disconnecting it before it was accepted)
+ * must not cost it the watch on its client: the client's death is still
+ * reported.  On shm such calls take the id from the CM thread first.
+ */
+START_TEST(test_refused_call_keeps_watch)
+{
+	struct ferry_cm_event *ev;
+	struct ferry_cm_id *req;
+	struct cmt_end l;
+	uint16_t port;
+	uint32_t ready;
+	int sock, ctl;
+	pid_t pid;
+
+	pid = tu_fork(robust_client_child, NULL, &sock, &ctl);
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	ck_assert_int_eq(tu_send_u32(ctl, port), 0);
+	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
+	req = ev->id;
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(tu_recv_u32(ctl, &ready, TU_WAIT_MS), 0);
+	ck_assert_int_eq(ferry_disconnect(req), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	robust_kill(pid);
+	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_ERROR, &ev), 0);
+	ck_assert_ptr_eq(ev->id, req);
+	ck_assert_int_eq(ev->status, ECONNRESET);
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(ferry_destroy_id(req), 0);
+	cmt_close(&l);
+	close(sock);
+	close(ctl);
+}
+END_TEST
+
 START_TEST(test_client_killed_when_established)
 {
 	struct cmt_end l, s;
@@ -413,6 +449,8 @@ Suite *cm_robust_suite(void)
 
 	tcase_set_timeout(death, TU_TCASE_TIMEOUT);
 	tcase_add_test(death, test_client_dies_before_accept);
+	if (tu_on_shm())	/* verbs reports no such death (see above) */
+		tcase_add_test(death, test_refused_call_keeps_watch);
 	tcase_add_test(death, test_client_killed_when_established);
 	tcase_add_test(death, test_server_killed_when_established);
 	tcase_add_test(death, test_listener_dies_with_pending_request);
