@@ -97,7 +97,7 @@ grep -q '^ferry-run (ferry) ' "$tmp/out" || fail "--version: $(cat "$tmp/out")"
 expect_status 0 "$run" --help
 grep -q '^Usage: ferry-run' "$tmp/out" || fail "--help has no usage line"
 vars=$(grep -rhoE 'getenv\("FERRY_[A-Z0-9_]+"\)' "$srcdir/lib" "$srcdir/cm" "$srcdir/preload" \
-       "$srcdir/tools/ferry-run.c" | sed 's/getenv("\(.*\)")/\1/' | sort -u)
+       "$srcdir/tools/ferry-run.c" "$srcdir/tools/shim_find.c" | sed 's/getenv("\(.*\)")/\1/' | sort -u)
 [ -n "$vars" ] || fail "found no getenv(\"FERRY_...\") in $srcdir"
 for v in $vars; do
 	grep -q "^  $v " "$tmp/out" || fail "--help does not list $v"

@@ -20,6 +20,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "shim_find.h"
+
 /* Exit statuses of env(1) and nice(1): ours, not the program's. */
 #define RUN_EXIT_USAGE		125	/* ferry-run itself failed */
 #define RUN_EXIT_CANNOT_EXEC	126	/* the program exists but would not run */
@@ -42,7 +44,7 @@ static const struct run_var {
 	{ "FERRY_RBUF", "receive ring of each socket, bytes, k/m/g (shim 512k, API 128k)" },
 	{ "FERRY_SBUF", "send ring of each socket, bytes, k/m/g (shim 512k, API 128k)" },
 	{ "FERRY_TRANSPORT", "shm|verbs: use only this transport" },
-	{ "FERRY_PRELOAD_LIB", "the shim to preload (ferry-run only)" },
+	{ "FERRY_PRELOAD_LIB", "the shim to preload (ferry-run, ferry-perf)" },
 };
 
 struct run_opts {
@@ -87,75 +89,6 @@ static void run_usage(FILE *f)
 static bool run_is_file(const char *path)
 {
 	return path && *path && access(path, R_OK) == 0;
-}
-
-/*
- * The shim to preload: $FERRY_PRELOAD_LIB; else, when ferry-run runs from
- * its build tree, the shim built beside it; else the installed one if it
- * exists; else the build tree's.  NULL (with a message) when none is there.
- */
-static const char *run_find_shim(char *buf, size_t size)
-{
-	const char *env = getenv("FERRY_PRELOAD_LIB");
-	char self[PATH_MAX];
-	ssize_t n;
-	bool from_build = false;
-
-	if (env && *env) {
-		if (!run_is_file(env)) {
-			fprintf(stderr, "ferry-run: FERRY_PRELOAD_LIB=%s: %s\n", env,
-				strerror(errno));
-			return NULL;
-		}
-		if (!realpath(env, buf))
-			return NULL;
-		return buf;
-	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		from_build = strncmp(self, FERRY_BUILD_TOOLS_DIR "/",
-				     strlen(FERRY_BUILD_TOOLS_DIR) + 1) == 0;
-	}
-	if (!from_build && run_is_file(FERRY_PRELOAD_INSTALLED))
-		snprintf(buf, size, "%s", FERRY_PRELOAD_INSTALLED);
-	else if (run_is_file(FERRY_PRELOAD_BUILT))
-		snprintf(buf, size, "%s", FERRY_PRELOAD_BUILT);
-	else if (run_is_file(FERRY_PRELOAD_INSTALLED))
-		snprintf(buf, size, "%s", FERRY_PRELOAD_INSTALLED);
-	else {
-		fprintf(stderr, "ferry-run: cannot find the shim: neither %s nor %s exists "
-				"(set FERRY_PRELOAD_LIB)\n",
-			FERRY_PRELOAD_INSTALLED, FERRY_PRELOAD_BUILT);
-		return NULL;
-	}
-	return buf;
-}
-
-/* LD_PRELOAD with @shim appended, unless it is in the list already. */
-static int run_set_preload(const char *shim)
-{
-	const char *old = getenv("LD_PRELOAD");
-	size_t len = strlen(shim);
-	const char *p;
-	char *value;
-	int ret;
-
-	for (p = old; p && *p;) {
-		size_t n = strcspn(p, ": ");
-
-		if (n == len && strncmp(p, shim, len) == 0)
-			return 0;
-		p += n;
-		p += strspn(p, ": ");
-	}
-	if (!old || !*old)
-		return setenv("LD_PRELOAD", shim, 1);
-	if (asprintf(&value, "%s:%s", old, shim) < 0)
-		return -1;
-	ret = setenv("LD_PRELOAD", value, 1);
-	free(value);
-	return ret;
 }
 
 /* A size as the library takes it: digits and one optional k/m/g. */
@@ -306,7 +239,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct run_opts o = { 0 };
-	char shim[PATH_MAX];
+	char shim[PATH_MAX], why[PATH_MAX + 128];
 	int c;
 
 	/* '+': the first word that is not an option is the program. */
@@ -336,9 +269,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ferry-run: no program to run\nTry 'ferry-run --help'.\n");
 		return RUN_EXIT_USAGE;
 	}
-	if (!run_check_opts(&o) || !run_find_shim(shim, sizeof(shim)))
+	if (!run_check_opts(&o))
 		return RUN_EXIT_USAGE;
-	if (run_set_env(&o) < 0 || run_set_preload(shim) < 0) {
+	if (!shim_find(shim, sizeof(shim), why, sizeof(why))) {
+		fprintf(stderr, "ferry-run: %s\n", why);
+		return RUN_EXIT_USAGE;
+	}
+	if (run_set_env(&o) < 0 || shim_add_to_preload(shim) < 0) {
 		perror("ferry-run: setting the environment");
 		return RUN_EXIT_USAGE;
 	}
