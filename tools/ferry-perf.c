@@ -2,7 +2,8 @@
  * ferry-perf - latency and throughput of ferry's verbs over the shm
  * transport, side by side with kernel TCP loopback, a bare shared-memory
  * ping-pong and memcpy, and of ferry's stream sockets (shm, verbs) beside
- * kernel TCP sockets, all measured in the same run.
+ * kernel TCP sockets and TCP sockets moved onto ferry by the preload shim,
+ * all measured in the same run.
  *
  * This file: the command line, the plan of rows, and the three ways of
  * getting a client and a server process (--local forks them; -s and -c are
@@ -13,6 +14,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,8 +52,9 @@ static void perf_usage(FILE *out)
 "throughput (Gbit/s) of ferry's verbs over the shm transport, and of ferry's\n"
 "stream sockets (op stream: latency, throughput, 64 B message rate and\n"
 "connection setup rate).  --local also measures, in the same run, kernel TCP\n"
-"loopback, a bare shared-memory ping-pong and memcpy, and prints the ratios\n"
-"the project targets.\n"
+"loopback, the same TCP code under the preload shim (tcp+preload), a bare\n"
+"shared-memory ping-pong and memcpy, and prints the ratios the project\n"
+"targets.\n"
 "\n"
 "Roles:\n"
 "  -l, --local            fork a server; pin client and server to two CPUs\n"
@@ -65,9 +68,12 @@ static void perf_usage(FILE *out)
 "  -o, --op LIST          write,write_imm,read,send,atomic (= fadd,cas),\n"
 "                         verbs (all of those), stream (sockets) or all\n"
 "                         (default all); atomics always move 8 bytes\n"
-"  -T, --transport LIST   ferry (= ferry-shm),ferry-verbs,tcp,shm-bare,memcpy\n"
-"                         or all (default all with --local, ferry with -c);\n"
-"                         ferry-verbs: stream rows, when an RDMA device exists\n"
+"  -T, --transport LIST   ferry (= ferry-shm),ferry-verbs,tcp,tcp+preload\n"
+"                         (= preload),shm-bare,memcpy or all (default all\n"
+"                         with --local, ferry with -c); ferry-verbs: stream\n"
+"                         rows, when an RDMA device exists; tcp+preload:\n"
+"                         stream rows, the tcp code run under\n"
+"                         libferry-preload.so (FERRY_PRELOAD_LIB: which one)\n"
 "  -S, --size LIST|all    message sizes, 8 B to 4 MiB, k/K and m/M suffixes,\n"
 "                         comma-separated; all = powers of two 8..4M\n"
 "                         (default 64 for lat, 64K for bw)\n"
@@ -270,11 +276,12 @@ static void perf_parse_opt(struct perf_opts *o, int c, const char *arg)
 		1u << PERF_OP_CAS, PERF_ALL_FERRY_OPS, PERF_STREAM_OP,
 		PERF_ALL_FERRY_OPS | PERF_STREAM_OP };
 	static const char *const trs[] = { "ferry", "ferry-shm", "ferry-verbs",
-		"verbs", "tcp", "shm-bare", "bare", "memcpy", "all" };
+		"verbs", "tcp", "tcp+preload", "preload", "shm-bare", "bare",
+		"memcpy", "all" };
 	static const unsigned int tr_bits[] = { 1u << PERF_TR_FERRY,
 		1u << PERF_TR_FERRY, 1u << PERF_TR_VERBS, 1u << PERF_TR_VERBS,
-		1u << PERF_TR_TCP, 1u << PERF_TR_BARE,
-		1u << PERF_TR_BARE, 1u << PERF_TR_MEMCPY,
+		1u << PERF_TR_TCP, 1u << PERF_TR_PRELOAD, 1u << PERF_TR_PRELOAD,
+		1u << PERF_TR_BARE, 1u << PERF_TR_BARE, 1u << PERF_TR_MEMCPY,
 		(1u << PERF_TR_COUNT) - 1 };
 	char *end;
 
@@ -289,7 +296,7 @@ static void perf_parse_opt(struct perf_opts *o, int c, const char *arg)
 		break;
 	case 't': o->tests = perf_parse_list("-t", arg, tests, test_bits, 5); break;
 	case 'o': o->ops = perf_parse_list("-o", arg, ops, op_bits, 10); break;
-	case 'T': o->transports = perf_parse_list("-T", arg, trs, tr_bits, 9); break;
+	case 'T': o->transports = perf_parse_list("-T", arg, trs, tr_bits, 11); break;
 	case 'S': perf_parse_sizes(o, arg); break;
 	case 'n':
 		o->iters = perf_parse_long(arg, "-n", 1, 100000000);
@@ -378,6 +385,7 @@ struct perf_plan {
 	struct perf_row rows[PERF_MAX_ROWS];
 	int nrows;
 	char verbs_note[128];		/* why there are no ferry-verbs rows */
+	char preload_note[PATH_MAX + 96]; /* the shim, or why no tcp+preload rows */
 };
 
 static void perf_plan_add(struct perf_plan *plan, const struct perf_opts *o,
@@ -457,27 +465,30 @@ static void perf_plan_size(struct perf_plan *plan, const struct perf_opts *o,
 
 /* --- the plan: stream sockets --- */
 
-/* Stream rows of one test, size and mode: ferry-shm, ferry-verbs, tcp. */
+/*
+ * Stream rows of one test, size and mode: ferry-shm, ferry-verbs, tcp,
+ * tcp+preload (@preload: the shim was found).
+ */
 static void perf_plan_stream_rows(struct perf_plan *plan, const struct perf_opts *o,
 				  enum perf_test test, enum perf_mode mode,
-				  size_t size, bool verbs)
+				  size_t size, bool verbs, bool preload)
 {
 	unsigned int tr = o->transports;
+	/* TCP: busy (MSG_DONTWAIT spinning) for latency only; else blocking */
+	bool tcp_row = test == PERF_TEST_LAT || mode == PERF_MODE_BLOCK ||
+		       !(perf_plan_modes(o, test) & (1u << PERF_MODE_BLOCK));
+	enum perf_mode tcp_mode = test == PERF_TEST_LAT ? mode : PERF_MODE_BLOCK;
 
 	if (tr & (1u << PERF_TR_FERRY))
 		perf_plan_add(plan, o, test, PERF_OP_STREAM, PERF_TR_FERRY, mode, size);
 	if ((tr & (1u << PERF_TR_VERBS)) && verbs)
 		perf_plan_add(plan, o, test, PERF_OP_STREAM, PERF_TR_VERBS, mode, size);
-	/* TCP: busy (MSG_DONTWAIT spinning) for latency only; else blocking */
-	if ((tr & (1u << PERF_TR_TCP)) &&
-	    (test == PERF_TEST_LAT || mode == PERF_MODE_BLOCK ||
-	     !(perf_plan_modes(o, test) & (1u << PERF_MODE_BLOCK))))
-		perf_plan_add(plan, o, test, PERF_OP_STREAM, PERF_TR_TCP,
-			      test == PERF_TEST_LAT ? mode : PERF_MODE_BLOCK, size);
-	/*
-	 * Issue 5 hook: the row of an unmodified program under the preload
-	 * (libferry-preload.so) goes here, as transport "ferry-preload".
-	 */
+	if ((tr & (1u << PERF_TR_TCP)) && tcp_row)
+		perf_plan_add(plan, o, test, PERF_OP_STREAM, PERF_TR_TCP, tcp_mode, size);
+	/* an unmodified program under the shim: the tcp rows, the same modes */
+	if ((tr & (1u << PERF_TR_PRELOAD)) && preload && tcp_row)
+		perf_plan_add(plan, o, test, PERF_OP_STREAM, PERF_TR_PRELOAD,
+			      tcp_mode, size);
 }
 
 /* The sizes of a stream test: -S, every size for --plot, or the default. */
@@ -511,7 +522,8 @@ static int perf_plan_stream_sizes(const struct perf_opts *o, enum perf_test test
 static void perf_plan_stream(struct perf_plan *plan, const struct perf_opts *o)
 {
 	size_t sizes[PERF_MAX_SIZES];
-	bool verbs = false;
+	char shim[PATH_MAX];
+	bool verbs = false, preload = false;
 	int test, mode, first = plan->nrows, i, n;
 
 	if (!(o->ops & PERF_STREAM_OP))
@@ -521,6 +533,14 @@ static void perf_plan_stream(struct perf_plan *plan, const struct perf_opts *o)
 			perf_stream_verbs_present(plan->verbs_note,
 						  sizeof(plan->verbs_note));
 	}
+	if (o->transports & (1u << PERF_TR_PRELOAD)) {
+		preload = perf_preload_find(shim, sizeof(shim), plan->preload_note,
+					    sizeof(plan->preload_note));
+		if (preload)
+			snprintf(plan->preload_note, sizeof(plan->preload_note),
+				 "the tcp rows' code in worker processes exec'd with LD_PRELOAD=%s",
+				 shim);
+	}
 	for (test = 0; test < PERF_TEST_COUNT; test++) {
 		if (!(o->tests & (1u << test)))
 			continue;
@@ -529,7 +549,8 @@ static void perf_plan_stream(struct perf_plan *plan, const struct perf_opts *o)
 			for (mode = 0; mode < PERF_MODE_COUNT; mode++)
 				if (perf_plan_modes(o, test) & (1u << mode))
 					perf_plan_stream_rows(plan, o, test, mode,
-							      sizes[i], verbs);
+							      sizes[i], verbs,
+							      preload);
 	}
 	/* the sweep of --plot: fewer round trips, unless -n says */
 	for (i = first; i < plan->nrows && o->plot && !o->iters_given; i++) {
@@ -564,6 +585,16 @@ static void perf_plan_build(struct perf_plan *plan, const struct perf_opts *o)
 		perf_bad_arg("nothing to measure with these -t/-o/-T/--block choices%s",
 			     o->modes == 1u << PERF_MODE_BLOCK ?
 			     " (write latency has no completion to sleep on)" : "");
+}
+
+/* What the plan left out, and which shim the tcp+preload rows run under. */
+static void perf_plan_notes(const struct perf_plan *plan)
+{
+	if (plan->verbs_note[0])
+		perf_report_note("ferry-verbs", plan->verbs_note);
+	if (plan->preload_note[0])
+		perf_report_note(perf_transport_name(PERF_TR_PRELOAD),
+				 plan->preload_note);
 }
 
 /* --- roles --- */
@@ -653,8 +684,7 @@ static int perf_run_local(const struct perf_opts *o, const struct perf_plan *pla
 	close(fsock[1]);
 	perf_pin_self(cpu_client);
 	perf_banner(o, "--local", cpus);
-	if (plan->verbs_note[0])
-		perf_report_note("ferry-verbs", plan->verbs_note);
+	perf_plan_notes(plan);
 	perf_session_client(o, ctrl[0], fsock[0], plan->rows, plan->nrows);
 	close(ctrl[0]);
 	close(fsock[0]);
@@ -740,8 +770,7 @@ static int perf_run_client(const struct perf_opts *o, const struct perf_plan *pl
 	else
 		snprintf(cpus, sizeof(cpus), "client not pinned");
 	perf_banner(o, "-c", cpus);
-	if (plan->verbs_note[0])
-		perf_report_note("ferry-verbs", plan->verbs_note);
+	perf_plan_notes(plan);
 	rc = perf_session_client(o, ctrl, fsock, plan->rows, plan->nrows);
 	close(ctrl);
 	close(fsock);
@@ -756,9 +785,14 @@ int main(int argc, char **argv)
 {
 	static struct perf_plan plan;
 	struct perf_opts opts;
+	bool worker_server;
+	int chan_fd;
 
-	perf_parse_args(&opts, argc, argv);
 	signal(SIGPIPE, SIG_IGN);
+	/* a stream worker exec'd under the preload shim (perf_preload.c) */
+	if (perf_preload_worker_args(argc, argv, &worker_server, &chan_fd))
+		perf_stream_worker_main(worker_server, chan_fd);
+	perf_parse_args(&opts, argc, argv);
 	if (opts.role == PERF_ROLE_SERVER)
 		return perf_run_server(&opts);
 	perf_plan_build(&plan, &opts);

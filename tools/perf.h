@@ -2,8 +2,9 @@
  * perf.h - what the pieces of ferry-perf share: options, the control
  * protocol between the two processes, results, and the entry points of each
  * transport (perf_verbs.c, perf_tcp.c, perf_yardstick.c), of the stream
- * socket rows (perf_stream.c, run in worker processes perf_spawn.c forks),
- * of the report (perf_report.c) and of the plot (perf_plot.c).
+ * socket rows (perf_stream.c, run in worker processes perf_spawn.c forks,
+ * or execs under the preload shim: perf_preload.c), of the report
+ * (perf_report.c) and of the plot (perf_plot.c).
  *
  * Roles: the client drives (chooses every test, measures, prints); the
  * server answers.  Both run in the same order under the control socket, one
@@ -22,6 +23,8 @@
 #define PERF_MAX_SIZES 32
 #define PERF_MIN_SIZE 8
 #define PERF_MAX_SIZE (4u << 20)
+/* argv[1] of a stream worker exec'd under the shim (not for people) */
+#define PERF_WORKER_OPT "--stream-worker"
 
 enum perf_test {
 	PERF_TEST_LAT,		/* ping-pong round trip */
@@ -49,6 +52,7 @@ enum perf_transport {
 	PERF_TR_BARE,		/* two processes, one shared mapping */
 	PERF_TR_MEMCPY,		/* memcpy in one process */
 	PERF_TR_VERBS,		/* ferry over an RDMA device (stream rows only) */
+	PERF_TR_PRELOAD,	/* the tcp code under the preload shim (stream) */
 	PERF_TR_COUNT
 };
 
@@ -249,6 +253,12 @@ uint64_t perf_stream_server_wait(struct perf_spawner *sp);
 /* Client: run the row in a worker against the server's @port. */
 void perf_stream_client(struct perf_spawner *sp, const struct perf_row *row,
 			uint16_t port, struct perf_result *res);
+/*
+ * A worker exec'd under the shim (argv: PERF_WORKER_OPT server|client FD):
+ * read the row from the channel FD, run it, exit.
+ */
+__attribute__((noreturn))
+void perf_stream_worker_main(bool server, int chan_fd);
 /* Server worker: the port it listens on (0: it cannot, see @note) ... */
 void perf_stream_report_port(int chan_fd, uint16_t port, const char *note);
 /* ... and at the end, the bytes it received. */
@@ -272,6 +282,22 @@ void perf_stream_serve(const struct perf_opts *opts, const struct perf_row *row,
 /* Client worker: run the row against @port; fills @res. */
 void perf_stream_run(const struct perf_opts *opts, const struct perf_row *row,
 		     uint16_t port, struct perf_result *res);
+
+/* --- perf_preload.c: the tcp+preload rows (the tcp code under the shim) --- */
+
+/* The shim's path into @path; false and a "skipped: ..." @note if none. */
+bool perf_preload_find(char *path, size_t len, char *note, size_t note_len);
+/* Does the connection @fd run on ferry (shm)?  If not, why in @note. */
+bool perf_preload_on_ferry(int fd, char *note, size_t note_len);
+/*
+ * In a freshly forked worker: exec ferry-perf's worker mode with the shim
+ * in LD_PRELOAD, handing down @chan_fd.  Returns only on failure, with a
+ * "skipped: ..." @note.
+ */
+void perf_preload_exec(bool server, int chan_fd, char *note, size_t note_len);
+/* Is this the worker mode?  Its role and channel if so. */
+bool perf_preload_worker_args(int argc, char **argv, bool *server_p,
+			      int *chan_fd_p);
 
 /* --- perf_verbs.c: the ferry transport --- */
 

@@ -1,7 +1,8 @@
 /*
  * perf_report.c - turn timings into rows, print them (a table for people,
  * one JSON object per line for scripts) and, at the end, the ratios the
- * issue sets as targets, computed from the rows of this run.
+ * issues set as targets, computed from the rows of this run, and how the
+ * preload shim changes the tcp rows (for information).
  */
 #include "config.h"
 
@@ -122,7 +123,7 @@ static void perf_report_human(const struct perf_result *r)
 	char size[16];
 
 	if (r->op == PERF_OP_STREAM && !report.stream_seen) {
-		printf("# stream sockets: busy rows poll (FERRY_POLL_US=1000000; tcp spins on MSG_DONTWAIT), block rows sleep (FERRY_POLL_US=0; tcp blocks)\n");
+		printf("# stream sockets: busy rows poll (FERRY_POLL_US=1000000; tcp and tcp+preload spin on MSG_DONTWAIT), block rows sleep (FERRY_POLL_US=0; tcp and tcp+preload block)\n");
 		report.stream_seen = true;
 	}
 	perf_format_size(size, sizeof(size), r->size);
@@ -303,12 +304,57 @@ static int perf_stream_ratios(struct perf_ratio *q)
 	return 6;
 }
 
+/* A stream row of this run. */
+static const struct perf_result *perf_stream_row(enum perf_test test,
+						   enum perf_transport tr,
+						   enum perf_mode mode, size_t size)
+{
+	return perf_report_find(test, PERF_OP_STREAM, tr, mode, size);
+}
+
+/*
+ * An unmodified program under the shim against itself on kernel TCP: the
+ * tcp rows and the tcp+preload rows run the same code, so each line says
+ * how many times better the shim made it (for information: no target).
+ */
+static int perf_preload_ratios(struct perf_ratio *q)
+{
+	enum perf_transport tcp = PERF_TR_TCP, pre = PERF_TR_PRELOAD;
+	enum perf_mode busy = PERF_MODE_BUSY, block = PERF_MODE_BLOCK;
+	enum perf_test lat = PERF_TEST_LAT;
+
+	q[0] = (struct perf_ratio){ "preload_tcp_busy_rtt_per_preload_busy_rtt",
+		"preload: tcp busy 64 B rtt / tcp+preload busy rtt",
+		perf_stream_row(lat, tcp, busy, 64),
+		perf_stream_row(lat, pre, busy, 64), PERF_METRIC_RTT, false, 0 };
+	q[1] = (struct perf_ratio){ "preload_tcp_block_rtt_per_preload_block_rtt",
+		"preload: tcp block 64 B rtt / tcp+preload block rtt",
+		perf_stream_row(lat, tcp, block, 64),
+		perf_stream_row(lat, pre, block, 64), PERF_METRIC_RTT, false, 0 };
+	q[2] = (struct perf_ratio){ "preload_bw_per_tcp_bw",
+		"preload: tcp+preload 64 KiB bw / tcp 64 KiB bw",
+		perf_stream_row(PERF_TEST_BW, pre, block, 65536),
+		perf_stream_row(PERF_TEST_BW, tcp, block, 65536),
+		PERF_METRIC_GBIT, false, 0 };
+	q[3] = (struct perf_ratio){ "preload_msg_s_per_tcp_msg_s",
+		"preload: tcp+preload 64 B msg/s / tcp 64 B msg/s",
+		perf_stream_row(PERF_TEST_RATE, pre, block, 64),
+		perf_stream_row(PERF_TEST_RATE, tcp, block, 64),
+		PERF_METRIC_MSG, false, 0 };
+	q[4] = (struct perf_ratio){ "preload_conn_s_per_tcp_conn_s",
+		"preload: tcp+preload conn/s / tcp conn/s",
+		perf_stream_row(PERF_TEST_CONNECT, pre, block, 1),
+		perf_stream_row(PERF_TEST_CONNECT, tcp, block, 1),
+		PERF_METRIC_CONN, false, 0 };
+	return 5;
+}
+
 void perf_report_ratios(void)
 {
 	const struct perf_result *ferry_busy, *ferry_block, *bare, *tcp;
 	const struct perf_result *ferry_bw, *copy_bw;
-	struct perf_ratio ratios[10];
-	size_t i, n = 4, groups[3];
+	struct perf_ratio ratios[16];
+	size_t i, g, n = 4, groups[4];
 	bool any;
 
 	ferry_busy = perf_report_find(PERF_TEST_LAT, PERF_OP_WRITE_IMM,
@@ -336,17 +382,21 @@ void perf_report_ratios(void)
 	ratios[3] = (struct perf_ratio){ "ferry_block_rtt_per_tcp_rtt",
 		"ferry write_imm 64 B --block rtt / tcp 64 B rtt",
 		ferry_block, tcp, PERF_METRIC_RTT, true, 1.0 };
-	n += (size_t)perf_stream_ratios(ratios + n);
 	groups[0] = 0;			/* verbs-style operations */
-	groups[1] = 4;			/* stream sockets */
-	groups[2] = n;
+	groups[1] = n;			/* stream sockets */
+	n += (size_t)perf_stream_ratios(ratios + n);
+	groups[2] = n;			/* tcp under the preload against tcp */
+	n += (size_t)perf_preload_ratios(ratios + n);
+	groups[3] = n;
 
 	if (!report.json)
 		printf("\nratios (this run; p50 for latency):\n");
 	/* a group none of whose rows ran stays silent */
 	for (i = 0; i < n; i++) {
-		size_t g = i < groups[1] ? 0 : 1, j;
+		size_t j;
 
+		for (g = 0; i >= groups[g + 1]; g++)
+			;
 		for (any = false, j = groups[g]; j < groups[g + 1]; j++)
 			any |= ratios[j].num && ratios[j].den;
 		if (any)

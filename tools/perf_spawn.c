@@ -13,10 +13,16 @@
  * never calls ferry itself and forks one worker per row on request.
  *
  * Plumbing: the session sends the spawner the row as a TEST message,
- * passing one end of a fresh socketpair with it; the worker talks to the
- * session over that socketpair (struct perf_worker_report) and exits.  A
- * worker or spawner whose parent dies is killed (PR_SET_PDEATHSIG), so the
- * watchdog of the session covers them.
+ * passing one end of a fresh socketpair with it, and writes the row again
+ * as the first message of that socketpair; the worker reads it there,
+ * talks to the session over the socketpair (struct perf_worker_report) and
+ * exits.  A worker or spawner whose parent dies is killed
+ * (PR_SET_PDEATHSIG, kept across exec), so the watchdog of the session
+ * covers them.
+ *
+ * tcp+preload rows: the forked worker execs ferry-perf itself under the
+ * preload shim, handing the socketpair down (perf_preload.c); the exec'd
+ * program reads the row from it and goes on as a forked worker would.
  */
 #include "config.h"
 
@@ -64,29 +70,77 @@ static void perf_worker_recv(int fd, struct perf_worker_report *rep)
 		perf_die("the stream worker exited without a result (see its message above)");
 }
 
-/* In the worker: run one row, report, exit. */
+/* In the worker: read the row from the channel, run it, report, exit. */
 __attribute__((noreturn))
 static void perf_worker_main(const struct perf_opts *opts, bool server,
-			     const struct perf_msg *job, int chan_fd)
+			     int chan_fd)
 {
 	struct perf_worker_report rep;
+	struct perf_msg job;
 	struct perf_row row;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	perf_child_pid = 0;
 	perf_role_name = server ? "server, stream worker" : "client, stream worker";
 	signal(SIGCHLD, SIG_DFL);
-	perf_msg_to_row(job, PERF_MAX_SIZE, &row);
+	perf_msg_recv(chan_fd, &job, PERF_MSG_TEST, NULL);
+	perf_msg_to_row(&job, PERF_MAX_SIZE, &row);
 	perf_stream_setenv(&row);
 	if (server) {
 		perf_stream_serve(opts, &row, chan_fd);
 	} else {
 		memset(&rep, 0, sizeof(rep));
-		perf_stream_run(opts, &row, (uint16_t)job->tcp_port, &rep.res);
+		perf_stream_run(opts, &row, (uint16_t)job.tcp_port, &rep.res);
 		perf_worker_send(chan_fd, &rep);
 	}
 	fflush(NULL);
 	_exit(0);
+}
+
+/* A worker that cannot run its row says so the way the session expects. */
+__attribute__((noreturn))
+static void perf_worker_skip(bool server, const struct perf_row *row,
+			     int chan_fd, const char *note)
+{
+	struct perf_worker_report rep;
+
+	if (server) {		/* the session prints the note */
+		perf_stream_report_port(chan_fd, 0, note);
+	} else {
+		memset(&rep, 0, sizeof(rep));
+		rep.res.test = row->test;
+		rep.res.op = row->op;
+		rep.res.transport = row->transport;
+		rep.res.mode = row->mode;
+		rep.res.size = row->size;
+		rep.res.skipped = true;
+		snprintf(rep.res.note, sizeof(rep.res.note), "%s", note);
+		perf_worker_send(chan_fd, &rep);
+	}
+	_exit(0);
+}
+
+/* A tcp+preload worker: the row's environment, the shim, exec. */
+__attribute__((noreturn))
+static void perf_worker_exec(bool server, const struct perf_msg *job, int chan_fd)
+{
+	struct perf_row row;
+	char note[96];
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	perf_child_pid = 0;
+	perf_role_name = server ? "server, stream worker" : "client, stream worker";
+	perf_msg_to_row(job, PERF_MAX_SIZE, &row);
+	perf_stream_setenv(&row);
+	perf_preload_exec(server, chan_fd, note, sizeof(note));
+	perf_worker_skip(server, &row, chan_fd, note);
+}
+
+void perf_stream_worker_main(bool server, int chan_fd)
+{
+	static struct perf_opts opts;	/* the rows under the shim need none */
+
+	perf_worker_main(&opts, server, chan_fd);
 }
 
 /* The spawner: one worker per job until the session closes the socket. */
@@ -112,7 +166,9 @@ static void perf_spawner_main(const struct perf_opts *opts, bool server, int fd)
 			perf_die_errno("fork (stream worker)");
 		case 0:
 			close(fd);
-			perf_worker_main(opts, server, &job, chan_fd);
+			if (job.transport == PERF_TR_PRELOAD)
+				perf_worker_exec(server, &job, chan_fd);
+			perf_worker_main(opts, server, chan_fd);
 		default:
 			close(chan_fd);
 		}
@@ -177,6 +233,7 @@ static int perf_spawn_worker(struct perf_spawner *sp, const struct perf_row *row
 		perf_die_errno("socketpair (stream worker)");
 	perf_row_to_msg(row, &job);
 	job.tcp_port = port;
+	perf_msg_send(chan[0], &job, -1);	/* the worker reads it there */
 	perf_msg_send(sp->fd, &job, chan[1]);
 	close(chan[1]);
 	return chan[0];

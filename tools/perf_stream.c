@@ -15,6 +15,7 @@
  *
  * One connection per row (lat, bw, rate); the worker on the server side
  * listens on a fresh port and reports it before the client worker starts.
+ * tcp+preload rows are tcp rows run under the preload shim (perf_preload.c).
  */
 #include "config.h"
 
@@ -282,13 +283,15 @@ static int ps_accept(const struct ps_ctx *c, int lfd)
 	return fd;
 }
 
-/* Verbs rows must really run on verbs: ask the socket. */
+/* Verbs rows must really run on verbs, preload rows on ferry: ask the socket. */
 static bool ps_check_transport(const struct ps_ctx *c, int fd, char *note,
 			       size_t note_len)
 {
 	char tp[16] = "";
 	socklen_t len = sizeof(tp);
 
+	if (c->row->transport == PERF_TR_PRELOAD)
+		return perf_preload_on_ferry(fd, note, note_len);
 	if (c->api != &ps_ferry || c->row->transport != PERF_TR_VERBS)
 		return true;
 	if (c->api->getsockopt(fd, SOL_FERRY, FERRY_TRANSPORT_OPT, tp, &len) < 0)
@@ -301,14 +304,18 @@ static bool ps_check_transport(const struct ps_ctx *c, int fd, char *note,
 
 static void ps_ctx_init(struct ps_ctx *c, const struct perf_row *row)
 {
+	/* tcp+preload: the very code of tcp, the shim takes the calls */
+	bool kernel = row->transport == PERF_TR_TCP ||
+		      row->transport == PERF_TR_PRELOAD;
+
 	memset(c, 0, sizeof(*c));
 	c->row = row;
-	c->api = row->transport == PERF_TR_TCP ? &ps_kernel : &ps_ferry;
+	c->api = kernel ? &ps_kernel : &ps_ferry;
 	c->what = row->transport == PERF_TR_TCP ? "tcp" :
+		  row->transport == PERF_TR_PRELOAD ? "tcp under the preload" :
 		  row->transport == PERF_TR_VERBS ? "ferry socket, verbs" :
 		  "ferry socket, shm";
-	c->spin_flags = row->transport == PERF_TR_TCP &&
-			row->mode == PERF_MODE_BUSY ? MSG_DONTWAIT : 0;
+	c->spin_flags = kernel && row->mode == PERF_MODE_BUSY ? MSG_DONTWAIT : 0;
 	c->addr_len = sizeof(struct sockaddr_in);
 	c->buf_size = row->size > PS_RECV_CHUNK ? row->size : PS_RECV_CHUNK;
 	c->buf = aligned_alloc(4096, (c->buf_size + 4095) & ~(size_t)4095);
@@ -479,31 +486,49 @@ static void ps_run_stream(const struct ps_ctx *c, int fd, struct perf_result *re
 			 (unsigned long long)sent);
 }
 
-static void ps_one_connection(const struct ps_ctx *c, char byte)
+/* One connection; false (and @note) when it ran on the wrong transport. */
+static bool ps_one_connection(const struct ps_ctx *c, char byte, char *note,
+			      size_t note_len)
 {
 	int fd = ps_connect(c);
+	bool ok = ps_check_transport(c, fd, note, note_len);
 
 	ps_send_full(c, fd, &byte, 1);
 	if (!ps_recv_full(c, fd, &byte, 1))
 		perf_die("recv (%s): the server closed before its byte", c->what);
 	if (c->api->close(fd) < 0)
 		ps_die(c, "close");
+	return ok;
 }
 
 static void ps_run_connect(const struct ps_ctx *c, struct perf_result *res)
 {
 	uint64_t limit_ns = (uint64_t)(c->row->seconds * 1e9), conns = 0, t0, dt;
+	uint64_t wrong = 0;
+	char note[sizeof(res->note)] = "", tail[64];
+	size_t keep;
 
 	t0 = perf_now_ns();
 	do {
-		ps_one_connection(c, 'c');
+		wrong += !ps_one_connection(c, 'c', note, sizeof(note));
 		conns++;
 	} while (conns < c->row->iters && perf_now_ns() - t0 < limit_ns);
 	dt = perf_now_ns() - t0;
-	ps_one_connection(c, PS_QUIT_BYTE);
+	wrong += !ps_one_connection(c, PS_QUIT_BYTE, note, sizeof(note));
 	res->iters = conns;
 	res->seconds = dt / 1e9;
 	res->conn_s = conns / (dt ? dt / 1e9 : 1e-9);
+	if (wrong) {
+		res->skipped = true;
+		/* the reason, shortened if need be, and the count */
+		snprintf(tail, sizeof(tail), " (%llu of %llu connections)",
+			 (unsigned long long)wrong, (unsigned long long)conns + 1);
+		keep = sizeof(res->note) - 1 - strlen(tail);
+		if (strlen(note) < keep)
+			keep = strlen(note);
+		memcpy(res->note, note, keep);
+		strcpy(res->note + keep, tail);
+	}
 }
 
 void perf_stream_run(const struct perf_opts *opts, const struct perf_row *row,

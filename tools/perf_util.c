@@ -262,6 +262,7 @@ const char *perf_transport_name(enum perf_transport tr)
 		[PERF_TR_BARE] = "shm-bare",
 		[PERF_TR_MEMCPY] = "memcpy",
 		[PERF_TR_VERBS] = "ferry-verbs",
+		[PERF_TR_PRELOAD] = "tcp+preload",
 	};
 
 	return (unsigned int)tr < PERF_TR_COUNT ? names[tr] : "?";
