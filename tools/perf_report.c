@@ -324,25 +324,25 @@ static int perf_preload_ratios(struct perf_ratio *q)
 	enum perf_test lat = PERF_TEST_LAT;
 
 	q[0] = (struct perf_ratio){ "preload_tcp_busy_rtt_per_preload_busy_rtt",
-		"preload: tcp busy 64 B rtt / tcp+preload busy rtt",
+		"preload: tcp / tcp+preload 64 B busy rtt",
 		perf_stream_row(lat, tcp, busy, 64),
 		perf_stream_row(lat, pre, busy, 64), PERF_METRIC_RTT, false, 0 };
 	q[1] = (struct perf_ratio){ "preload_tcp_block_rtt_per_preload_block_rtt",
-		"preload: tcp block 64 B rtt / tcp+preload block rtt",
+		"preload: tcp / tcp+preload 64 B block rtt",
 		perf_stream_row(lat, tcp, block, 64),
 		perf_stream_row(lat, pre, block, 64), PERF_METRIC_RTT, false, 0 };
 	q[2] = (struct perf_ratio){ "preload_bw_per_tcp_bw",
-		"preload: tcp+preload 64 KiB bw / tcp 64 KiB bw",
+		"preload: tcp+preload / tcp 64 KiB bw",
 		perf_stream_row(PERF_TEST_BW, pre, block, 65536),
 		perf_stream_row(PERF_TEST_BW, tcp, block, 65536),
 		PERF_METRIC_GBIT, false, 0 };
 	q[3] = (struct perf_ratio){ "preload_msg_s_per_tcp_msg_s",
-		"preload: tcp+preload 64 B msg/s / tcp 64 B msg/s",
+		"preload: tcp+preload / tcp 64 B msg/s",
 		perf_stream_row(PERF_TEST_RATE, pre, block, 64),
 		perf_stream_row(PERF_TEST_RATE, tcp, block, 64),
 		PERF_METRIC_MSG, false, 0 };
 	q[4] = (struct perf_ratio){ "preload_conn_s_per_tcp_conn_s",
-		"preload: tcp+preload conn/s / tcp conn/s",
+		"preload: tcp+preload / tcp conn/s",
 		perf_stream_row(PERF_TEST_CONNECT, pre, block, 1),
 		perf_stream_row(PERF_TEST_CONNECT, tcp, block, 1),
 		PERF_METRIC_CONN, false, 0 };
