@@ -36,6 +36,48 @@
 
 #define PERF_SELF_EXE "/proc/self/exe"
 
+#ifdef __SANITIZE_ADDRESS__
+#include <link.h>
+
+/* dl_iterate_phdr: the path of the ASan runtime this process runs with. */
+static int perf_preload_asan_path(struct dl_phdr_info *info, size_t size,
+				  void *path)
+{
+	(void)size;
+	if (!info->dlpi_name || !strstr(info->dlpi_name, "/libasan.so"))
+		return 0;
+	snprintf(path, PATH_MAX, "%s", info->dlpi_name);
+	return 1;
+}
+
+/*
+ * A sanitizer build: the exec'd worker is ASan-built too, and ASan refuses
+ * to start unless its runtime comes before every other library, the
+ * preloaded shim included.  So it goes at the head of LD_PRELOAD.
+ */
+static int perf_preload_asan_first(void)
+{
+	char path[PATH_MAX] = "", *value;
+	const char *old = getenv("LD_PRELOAD");
+	int ret;
+
+	dl_iterate_phdr(perf_preload_asan_path, path);
+	if (!path[0] || (old && strncmp(old, path, strlen(path)) == 0))
+		return 0;
+	if (asprintf(&value, "%s%s%s", path, old && *old ? ":" : "",
+		     old ? old : "") < 0)
+		return -1;
+	ret = setenv("LD_PRELOAD", value, 1);
+	free(value);
+	return ret;
+}
+#else
+static int perf_preload_asan_first(void)
+{
+	return 0;
+}
+#endif
+
 bool perf_preload_find(char *path, size_t len, char *note, size_t note_len)
 {
 	char why[PATH_MAX + 160];
@@ -75,7 +117,7 @@ void perf_preload_exec(bool server, int chan_fd, char *note, size_t note_len)
 
 	if (!perf_preload_find(shim, sizeof(shim), note, note_len))
 		return;
-	if (shim_add_to_preload(shim) < 0) {
+	if (shim_add_to_preload(shim) < 0 || perf_preload_asan_first() < 0) {
 		snprintf(note, note_len, "skipped: setting LD_PRELOAD: %s", strerror(errno));
 		return;
 	}
