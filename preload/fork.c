@@ -9,6 +9,15 @@
  * takes the last one ends the connection in order; the others let go of
  * their own copy (lib/sock's sock_forget).  A process that exits without
  * closing ends its connections the same way from a destructor.
+ *
+ * Listeners.  A ferry listener's CM state belongs to the process that made
+ * it and cannot follow a child (the CM thread is per process), while the
+ * kernel's listening socket is shared by all of them.  So a child keeps
+ * only the kernel listener.  The parent keeps its ferry listener when it
+ * has been accepting (a server that forks per connection); one it has never
+ * accepted from is given up before the fork, since then the children are
+ * the ones to accept (nginx's workers): its clients get TCP, which every
+ * process can serve, rather than a ferry queue nobody takes from.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -60,6 +69,44 @@ bool fp_ref_put(_Atomic int *ref)
 	return !ref || atomic_fetch_sub(ref, 1) == 1;
 }
 
+void fp_listen_downgrade(int fd, struct fp_fd *e, bool in_child)
+{
+	if (e->kind != FP_LISTEN)
+		return;	/* an entry with several names: done at the first */
+	if (in_child) {
+		/* The acceptor thread and CM thread are the parent's: drop this
+		 * process's names of the listener, tell nobody. */
+		fp_real.close(e->ready_efd);
+		e->ready_efd = -1;
+		FP_ENTER();
+		sock_forget(e->ferry_fd);
+		FP_LEAVE();
+	} else {
+		fp_acceptor_del(e);
+		FP_ENTER();
+		ferry_sock_close(e->ferry_fd);
+		FP_LEAVE();
+		fp_info("fd %d: a listener that never accepted is shared by fork: "
+			"TCP only from now on", fd);
+	}
+	e->ferry_fd = -1;
+	e->kind = FP_PLAIN;
+}
+
+static void fp_fork_prepare_listener(int fd, struct fp_fd *e, void *arg)
+{
+	(void)arg;
+	if (e->kind == FP_LISTEN && !e->accepted)
+		fp_listen_downgrade(fd, e, false);
+}
+
+static void fp_fork_child_listener(int fd, struct fp_fd *e, void *arg)
+{
+	(void)arg;
+	if (e->kind == FP_LISTEN)
+		fp_listen_downgrade(fd, e, true);
+}
+
 static void fp_fork_ref(int fd, struct fp_fd *e, void *arg)
 {
 	int delta = *(int *)arg;
@@ -78,6 +125,7 @@ FP_EXPORT pid_t fork(void)
 	fp_real_init();
 	if (fp_inside())
 		return fp_real.fork();
+	fp_for_each(fp_fork_prepare_listener, NULL);
 	fp_for_each(fp_fork_ref, &up);
 	pid = fp_real.fork();
 	if (pid < 0) {
@@ -85,6 +133,8 @@ FP_EXPORT pid_t fork(void)
 
 		fp_for_each(fp_fork_ref, &down);
 		errno = err;
+	} else if (pid == 0) {
+		fp_for_each(fp_fork_child_listener, NULL);
 	}
 	return pid;
 }

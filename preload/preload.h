@@ -16,6 +16,8 @@
  *              readiness is the union.
  *   FP_EPOLL   an epoll set into which the application put managed fds:
  *              they are kept beside it (epoll.c).
+ *   FP_PLAIN   a listener whose ferry side was given up (fork.c): the
+ *              kernel's alone, remembered only so listen() leaves it so.
  *
  * Every other fd (files, UDP, AF_UNIX, TCP connections ferry did not make)
  * is not in the table, and every call on it passes straight to libc.
@@ -117,6 +119,7 @@ enum fp_kind {
 	FP_FERRY,
 	FP_LISTEN,
 	FP_EPOLL,		/* an epoll set holding managed fds (epoll.c) */
+	FP_PLAIN,		/* a listener that lost its ferry side: the kernel's */
 };
 
 struct fp_ep;
@@ -135,6 +138,7 @@ struct fp_fd {
 	int ferry_fd;
 	int ready_efd;
 	bool accept_ferry_first;	/* alternate which accept queue goes first */
+	bool accepted;			/* accept() was called on it (fork.c) */
 	/* FP_FERRY: the number lib/sock knows it by (one of its names), and
 	 * the shared count of processes holding it (fork.c). */
 	int sfd;
@@ -209,6 +213,9 @@ bool fp_acceptor_ready(struct fp_fd *e);
 _Atomic int *fp_ref_new(void);
 /* Drop a reference; true if it was the last. */
 bool fp_ref_put(_Atomic int *ref);
+/* Make listener @fd a plain kernel one: the ferry listener goes (in a
+ * child of fork, only this process's copy of it). */
+void fp_listen_downgrade(int fd, struct fp_fd *e, bool in_child);
 
 /* --- log --- */
 

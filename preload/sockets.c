@@ -332,6 +332,7 @@ static int fp_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		return fp_real.accept4(fd, addr, len, flags);
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
 		return ERR(EINVAL);
+	e->accepted = true;
 	for (;;) {
 		/* The two queues in turn, so that neither starves the other. */
 		e->accept_ferry_first = !e->accept_ferry_first;
@@ -437,6 +438,7 @@ static int fp_release(int fd, struct fp_fd *e)
 		done = fd != e->sfd;
 		break;
 	case FP_TCP:
+	case FP_PLAIN:
 		break;
 	}
 	fp_free(e);

@@ -431,24 +431,34 @@ static void case_epipe(void)
 static void case_cross_process_wake(void)
 {
 	struct sockaddr_in sin;
-	int l, a, ep, status;
+	int l, a, ep, status, pfd[2];
 	uint32_t ev = 0;
 	pid_t pid;
 	struct epoll_event e = { .events = EPOLLIN };
 
-	l = listener(&sin, false);
-	CHECK(l >= 0, "listener");
+	/* Fork first: a listener shared by fork before it accepted is the
+	 * children's, and TCP's (case fork_listener). */
+	CHECK(pipe(pfd) == 0, "pipe");
 	pid = fork();
 	CHECK(pid >= 0, "fork");
 	if (pid == 0) {
-		int c = dial(&sin, 0);
+		int c;
 		char b;
 
+		close(pfd[1]);
+		if (read(pfd[0], &sin, sizeof(sin)) != (ssize_t)sizeof(sin))
+			_exit(4);
+		c = dial(&sin, 0);
 		if (c < 0 || recv(c, &b, 1, 0) != 1)
 			_exit(2);
 		usleep(100000);	/* let the parent fall asleep */
 		_exit(send(c, "w", 1, 0) == 1 && recv(c, &b, 1, 0) == 0 ? 0 : 3);
 	}
+	close(pfd[0]);
+	l = listener(&sin, false);
+	CHECK(l >= 0, "listener");
+	CHECK(write(pfd[1], &sin, sizeof(sin)) == (ssize_t)sizeof(sin), "port to the child");
+	close(pfd[1]);
 	a = accept(l, NULL, NULL);
 	CHECK(a >= 0, "accept");
 	CHECK(!strcmp(transport(a), "shm"), "transport '%s'", transport(a));
@@ -460,6 +470,33 @@ static void case_cross_process_wake(void)
 	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && !WEXITSTATUS(status),
 	      "child status %#x", status);
 	close(ep);
+	close(l);
+}
+
+/* A listener shared by fork before it ever accepted: the children accept
+ * (nginx's workers), so from then on its clients get kernel TCP. */
+static void case_fork_listener(void)
+{
+	struct sockaddr_in sin;
+	int l, c, a, status;
+	pid_t pid;
+	char b;
+
+	l = listener(&sin, false);
+	CHECK(l >= 0, "listener");
+	pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		a = accept(l, NULL, NULL);
+		_exit(a >= 0 && send(a, "w", 1, 0) == 1 && !strcmp(transport(a), "") ? 0 : 2);
+	}
+	c = dial(&sin, 0);
+	CHECK(c >= 0, "connect");
+	CHECK(!strcmp(transport(c), ""), "kernel TCP, not '%s'", transport(c));
+	CHECK(recv(c, &b, 1, 0) == 1 && b == 'w', "the child accepted and answered");
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && !WEXITSTATUS(status),
+	      "child status %#x", status);
+	close(c);
 	close(l);
 }
 
@@ -480,6 +517,7 @@ static const struct {
 	{ "fork", case_fork },
 	{ "epipe", case_epipe },
 	{ "cross_process_wake", case_cross_process_wake },
+	{ "fork_listener", case_fork_listener },
 };
 
 int main(int argc, char **argv)
