@@ -182,6 +182,7 @@ struct cm_id_priv {
 	unsigned int events_out;	/* reported and not acked (cm_event_lock) */
 	pthread_cond_t acked;		/* events_out dropped (cm_event_lock) */
 	bool owns_pd, owns_send_cq, owns_recv_cq;	/* ferry_cm_create_qp made them */
+	bool detached;			/* ferry_cm_detach: close, never shut down */
 };
 
 static inline struct cm_id_priv *to_cm_id(struct ferry_cm_id *id)

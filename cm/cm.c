@@ -133,6 +133,12 @@ static int cm_destroy_op(void *arg)
 	return 0;
 }
 
+void ferry_cm_detach(struct ferry_cm_id *id)
+{
+	if (id)
+		__atomic_store_n(&to_cm_id(id)->detached, true, __ATOMIC_RELEASE);
+}
+
 /**
  * ferry_destroy_id - release @id.  Blocks until every event of @id that
  * was retrieved has been acked (rdma_destroy_id does the same); events

@@ -169,9 +169,13 @@ void shm_cm_close_sock(struct shm_cm_id *st)
 	shm_cm_disarm(st);
 	if (st->sock < 0)
 		return;
-	shutdown(st->sock, SHUT_RDWR);
-	while (recv(st->sock, junk, sizeof(junk), MSG_DONTWAIT) > 0)
-		;	/* descriptors that came along are closed by the kernel */
+	/* A detached id's connection lives on in another process: only our
+	 * descriptor goes. */
+	if (!__atomic_load_n(&st->id->detached, __ATOMIC_ACQUIRE)) {
+		shutdown(st->sock, SHUT_RDWR);
+		while (recv(st->sock, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+			;	/* descriptors that came along are closed by the kernel */
+	}
 	close(st->sock);
 	st->sock = -1;
 }

@@ -232,6 +232,27 @@ struct ferry_pd *ferry_alloc_pd(struct ferry_context *context)
 	return context->provider->alloc_pd(context);
 }
 
+void ferry_pd_detach(struct ferry_pd *pd)
+{
+	if (pd && pd->context->provider->detach_pd)
+		pd->context->provider->detach_pd(pd);
+}
+
+void ferry_fork_child(void)
+{
+	size_t i;
+
+	for (i = 0; i < FERRY_ARRAY_SIZE(core_providers); i++)
+		if (core_providers[i]->fork_child)
+			core_providers[i]->fork_child();
+}
+
+void ferry_cq_detach(struct ferry_cq *cq)
+{
+	if (cq && cq->context->provider->detach_cq)
+		cq->context->provider->detach_cq(cq);
+}
+
 int ferry_dealloc_pd(struct ferry_pd *pd)
 {
 	if (!pd)

@@ -60,6 +60,12 @@ struct ferry_provider {
 
 	struct ferry_pd *(*alloc_pd)(struct ferry_context *ctx);
 	int (*dealloc_pd)(struct ferry_pd *pd);
+	/* Optional: from now on releasing @pd and its MRs must not touch what
+	 * other processes share (see ferry_pd_detach). */
+	void (*detach_pd)(struct ferry_pd *pd);
+	void (*detach_cq)(struct ferry_cq *cq);
+	/* Optional: in a child of fork, take up what the parent's threads did. */
+	void (*fork_child)(void);
 	struct ferry_mr *(*reg_mr)(struct ferry_pd *pd, void *addr, size_t len, int access);
 	int (*dereg_mr)(struct ferry_mr *mr);
 
@@ -171,6 +177,25 @@ unsigned long ferry_fd_inode(int fd);
 
 int ferry_qp_exchange_begin(struct ferry_qp *qp, int sock);
 int ferry_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qp_num_p);
+
+/*
+ * ferry_pd_detach, ferry_cm_detach - this process lets go of a connection
+ * another process holds too (after fork): from now on, releasing @pd (its
+ * MRs) and destroying @id close and unmap this process's copies only, and
+ * change nothing the other process or the peer sees -- no MR slot
+ * cleared in the shared table, no shutdown of the connection socket.
+ */
+void ferry_pd_detach(struct ferry_pd *pd);
+void ferry_cq_detach(struct ferry_cq *cq);
+struct ferry_cm_id;
+void ferry_cm_detach(struct ferry_cm_id *id);
+
+/*
+ * ferry_fork_child - call in a child of fork() that goes on using
+ * connections it inherited (the preload shim does): the providers restart
+ * what watched them in the parent (shm: hang-up of the peers).
+ */
+void ferry_fork_child(void);
 
 /* --- cm/cm_event.c: for the socket layer --- */
 

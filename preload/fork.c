@@ -74,13 +74,12 @@ void fp_listen_downgrade(int fd, struct fp_fd *e, bool in_child)
 	if (e->kind != FP_LISTEN)
 		return;	/* an entry with several names: done at the first */
 	if (in_child) {
-		/* The acceptor thread and CM thread are the parent's: drop this
-		 * process's names of the listener, tell nobody. */
+		/* The listener's CM state lives in the parent's CM thread, whose
+		 * event loop this process shares no thread with but whose epoll
+		 * set it does: any release here would reach into it.  Only the
+		 * acceptor's eventfd goes; the rest stays, unused, until exit. */
 		fp_real.close(e->ready_efd);
 		e->ready_efd = -1;
-		FP_ENTER();
-		sock_forget(e->ferry_fd);
-		FP_LEAVE();
 	} else {
 		fp_acceptor_del(e);
 		FP_ENTER();
@@ -135,6 +134,10 @@ FP_EXPORT pid_t fork(void)
 		errno = err;
 	} else if (pid == 0) {
 		fp_for_each(fp_fork_child_listener, NULL);
+		/* The connections inherited are watched here too (peer death). */
+		FP_ENTER();
+		ferry_fork_child();
+		FP_LEAVE();
 	}
 	return pid;
 }

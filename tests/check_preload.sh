@@ -7,4 +7,8 @@ if [ ! -e "$shim" ]; then
 	echo "check_preload.sh: SKIP: $shim not built" >&2
 	exit 77
 fi
-LD_PRELOAD="$PWD/$shim" exec timeout 300 ./tests/preload_semantics "$@"
+preload="$PWD/$shim"
+# A shim built with the sanitizers needs their runtime loaded before it.
+asan=$(ldd "$shim" 2>/dev/null | awk '/libasan/ { print $3 }')
+[ -n "$asan" ] && preload="$asan:$preload"
+LD_PRELOAD="$preload" exec timeout 300 ./tests/preload_semantics "$@"

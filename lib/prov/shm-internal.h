@@ -188,6 +188,7 @@ struct shm_pd {
 	 * cost its full size in memory. */
 	_Atomic uint32_t hwm;
 	struct shm_qp *qps;		/* connected QPs, for block announcements */
+	bool detached;			/* ferry_pd_detach: the table is not ours alone */
 };
 
 struct shm_mr {
@@ -219,6 +220,7 @@ struct shm_cq {
 	uint32_t nrqps, rqps_cap, rr_next;
 	int nqps;			/* QPs using this CQ at all */
 	int efd;			/* eventfd: the channel's epoll watches it */
+	bool detached;			/* ferry_cq_detach: the channel is shared */
 	int notify_fd;
 	struct shm_notify *notify;	/* our RW mapping of notify_fd */
 	uint64_t gen;
@@ -362,6 +364,8 @@ int shm_conn_announce_block(struct shm_conn *conn, uint64_t id, int fd);
 struct shm_mapping *shm_conn_peer_block(struct shm_conn *conn, uint64_t id);
 void shm_monitor_rnr(struct shm_qp *qp);
 void shm_monitor_forget(struct shm_qp *qp);
+/* In a child of fork: a monitor of its own, watching the inherited QPs. */
+void shm_monitor_fork_child(void);
 void shm_monitor_watch(struct shm_qp *qp);
 int shm_monitor_kick_fd(void);
 int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size);

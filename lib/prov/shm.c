@@ -214,13 +214,29 @@ err_free:
 	return NULL;
 }
 
+static void shm_detach_cq(struct ferry_cq *cq)
+{
+	to_scq(cq)->detached = true;
+}
+
+/* After fork another process writes this table too: stop writing it. */
+static void shm_detach_pd(struct ferry_pd *pd)
+{
+	struct shm_pd *spd = to_spd(pd);
+
+	pthread_mutex_lock(&spd->lock);
+	spd->detached = true;
+	pthread_mutex_unlock(&spd->lock);
+}
+
 static int shm_dealloc_pd(struct ferry_pd *pd)
 {
 	struct shm_pd *spd = to_spd(pd);
 	uint32_t i;
 
 	pthread_mutex_lock(&spd->lock);
-	for (i = 1; i < atomic_load_explicit(&spd->hwm, memory_order_relaxed); i++) {
+	for (i = 1; !spd->detached && i < atomic_load_explicit(&spd->hwm, memory_order_relaxed);
+	     i++) {
 		if (atomic_load_explicit(&spd->table[i].rkey, memory_order_relaxed)) {
 			pthread_mutex_unlock(&spd->lock);
 			return ERR(EBUSY);
@@ -364,7 +380,8 @@ static int shm_dereg_mr(struct ferry_mr *mr)
 	struct shm_pd *spd = to_spd(mr->pd);
 
 	pthread_mutex_lock(&spd->lock);
-	atomic_store_explicit(&spd->table[smr->index].rkey, 0, memory_order_release);
+	if (!spd->detached)
+		atomic_store_explicit(&spd->table[smr->index].rkey, 0, memory_order_release);
 	pthread_mutex_unlock(&spd->lock);
 	if (smr->block_fd >= 0)
 		close(smr->block_fd);
@@ -494,9 +511,10 @@ static int shm_destroy_cq(struct ferry_cq *cq)
 		return ERR(EBUSY);
 	}
 	ferry_unlock(&scq->lock);
-	if (cq->channel) {
+	/* A detached CQ's channel is an epoll set shared with another
+	 * process since fork: removing our eventfd would remove it there. */
+	if (cq->channel && !scq->detached)
 		epoll_ctl(cq->channel->fd, EPOLL_CTL_DEL, scq->efd, NULL);
-	}
 	munmap(scq->notify, sizeof(*scq->notify));
 	close(scq->notify_fd);
 	close(scq->efd);
@@ -678,6 +696,9 @@ const struct ferry_provider ferry_shm_provider = {
 	.query_device = shm_query_device,
 	.alloc_pd = shm_alloc_pd,
 	.dealloc_pd = shm_dealloc_pd,
+	.detach_pd = shm_detach_pd,
+	.detach_cq = shm_detach_cq,
+	.fork_child = shm_monitor_fork_child,
 	.reg_mr = shm_reg_mr,
 	.dereg_mr = shm_dereg_mr,
 	.create_comp_channel = shm_create_comp_channel,

@@ -90,6 +90,7 @@ static void shm_monitor_register_atfork(void)
 static int shm_monitor_start_locked(void)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	struct shm_watch *w;
 	pthread_attr_t attr;
 	pthread_t tid;
 	sigset_t all, old;
@@ -98,15 +99,23 @@ static int shm_monitor_start_locked(void)
 	if (mon.pid == getpid())
 		return 0;
 	pthread_once(&shm_atfork_once, shm_monitor_register_atfork);
-	/* After fork the child has the parent's fds but no thread: begin anew.
+	/* After fork the child has the parent's fds but no thread: begin anew,
+	 * watching the QPs it inherited (their connections may live on here).
 	 * The parent's kick eventfd stays open: its peers may hold it. */
-	mon.watches = NULL;
 	mon.epfd = epoll_create1(EPOLL_CLOEXEC);
 	mon.kick_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (mon.epfd < 0 || mon.kick_efd < 0 ||
 	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, mon.kick_efd, &ev) < 0) {
 		ferry_err("starting the shm monitor: %m");
 		goto err;
+	}
+	for (w = mon.watches; w; w = w->next) {
+		struct epoll_event wev = { .events = EPOLLRDHUP, .data.ptr = w->qp };
+
+		w->pins = 0;	/* the parent's thread held them */
+		if (w->qp->conn && w->qp->conn->watched &&
+		    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, w->qp->conn->sock, &wev) < 0)
+			w->qp->conn->watched = false;
 	}
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -296,4 +305,12 @@ static void *shm_monitor_main(void *arg)
 		pthread_mutex_unlock(&mon.lock);
 	}
 	return arg;
+}
+
+void shm_monitor_fork_child(void)
+{
+	pthread_mutex_lock(&mon.lock);
+	if (mon.watches && mon.pid != getpid())
+		shm_monitor_start_locked();
+	pthread_mutex_unlock(&mon.lock);
 }

@@ -242,6 +242,7 @@ struct ferry_sock {
 	bool wait_leader;
 	uint64_t wait_gen;
 	atomic_uint drain_gen;		/* channel drains: an arm before one is spent */
+	bool detached;			/* sock_forget: the epoll set is shared */
 
 	/* Keepalive (service thread). */
 	uint64_t ka_next_ns;
@@ -271,10 +272,9 @@ int sock_renumber(int from, int to);
 /*
  * sock_forget - let go of socket @fd in this process without a word to the
  * peer, for the preload shim when another process (after fork) still holds
- * the connection.  Only the fd and the keepalive entry are released: the
- * QP, rings and CM id are shared with that process through mappings and
- * fds, and undoing them here would end its connection; their memory and
- * internal fds stay until this process exits.
+ * the connection: every descriptor and mapping of this process goes, while
+ * what the other process relies on -- the shared MR table, the connection
+ * socket (no shutdown), the stream (no DISCONNECT) -- is left as it is.
  */
 void sock_forget(int fd);
 void sock_epoll_del(struct ferry_sock *s, int fd);

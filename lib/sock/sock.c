@@ -117,6 +117,8 @@ int sock_renumber(int from, int to)
 
 void sock_epoll_del(struct ferry_sock *s, int fd)
 {
+	if (s->detached)
+		return;	/* the set is another process's too (sock_forget) */
 	epoll_ctl(s->fd, EPOLL_CTL_DEL, fd, NULL);
 }
 
@@ -405,7 +407,16 @@ void sock_forget(int fd)
 		return;
 	sock_table_clear(fd);
 	sock_ka_forget(s);
-	close(s->fd);
+	s->detached = true;
+	if (s->pd)
+		ferry_pd_detach(s->pd);
+	if (s->cq)
+		ferry_cq_detach(s->cq);
+	if (s->id)
+		ferry_cm_detach(s->id);
+	/* Nothing goes to the peer: the connection is not ours alone. */
+	atomic_fetch_or(&s->closed, SOCK_DISC_SENT | SOCK_SHUT_WR);
+	sock_free(s);
 }
 
 int ferry_sock_close(int fd)
