@@ -412,17 +412,31 @@ static void on_sigpipe(int sig)
 
 static void case_epipe(void)
 {
-	int l, c, a, i;
+	int l, c, a, i, pipes;
 	ssize_t n = 0;
 
 	CHECK(pair(&l, &c, &a), "pair");
 	signal(SIGPIPE, on_sigpipe);
+	/* Our own shutdown: EPIPE, and SIGPIPE unless MSG_NOSIGNAL. */
+	CHECK(shutdown(c, SHUT_WR) == 0, "SHUT_WR");
+	CHECK(send(c, "x", 1, MSG_NOSIGNAL) < 0 && errno == EPIPE && sigpipes == 0,
+	      "after SHUT_WR: EPIPE, no signal with MSG_NOSIGNAL");
+	CHECK(write(c, "x", 1) < 0 && errno == EPIPE && sigpipes == 1,
+	      "after SHUT_WR: write gets EPIPE and SIGPIPE");
+	unpair(l, c, a);
+	/* The peer closed: EPIPE (with SIGPIPE) or, as TCP may answer when
+	 * data was in flight, ECONNRESET (without). */
+	CHECK(pair(&l, &c, &a), "pair");
 	close(a);
 	for (i = 0; i < 1000 && (n = send(c, "x", 1, MSG_NOSIGNAL)) == 1; i++)
 		usleep(1000);
-	CHECK(n < 0 && (errno == EPIPE || errno == ECONNRESET), "EPIPE after the peer closed");
-	CHECK(sigpipes == 0, "no SIGPIPE with MSG_NOSIGNAL");
-	CHECK(write(c, "x", 1) < 0 && errno == EPIPE && sigpipes == 1, "write: EPIPE and SIGPIPE");
+	CHECK(n < 0 && (errno == EPIPE || errno == ECONNRESET), "an error once the peer closed");
+	CHECK(sigpipes == 1, "no SIGPIPE with MSG_NOSIGNAL");
+	pipes = sigpipes;
+	n = write(c, "x", 1);
+	CHECK(n < 0 && (errno == EPIPE || errno == ECONNRESET), "write: an error");
+	CHECK(errno == EPIPE ? sigpipes == pipes + 1 : sigpipes == pipes,
+	      "SIGPIPE exactly with EPIPE");
 	signal(SIGPIPE, SIG_DFL);
 	close(c);
 	close(l);
