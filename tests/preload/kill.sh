@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# kill.sh - a peer killed (SIGKILL) in the middle of a transfer: the
+# survivor must notice and exit, never hang.  Plain TCP, both ends under
+# the preload, and each end alone under it.  Three cases each:
+#   server  socat sends /dev/zero without end to a socat client; the server
+#           dies: the client exits (EOF or an error) once it has read what
+#           was in flight;
+#   client  the same, but the client dies: the server's writes fail and it
+#           exits with an error;
+#   http    curl fetches a 100 MiB file from python3's http.server, which
+#           dies: curl exits with an error (the file is short).
+# No clock decides when "the middle" is: the client writes into a FIFO the
+# test reads 4 MiB from and then stops reading, so the transfer is stalled
+# with the sender's buffers full when the kill comes; then the test drains
+# the FIFO.  A survivor still there 30 s later has hung: that fails.
+set -u
+prog=kill.sh
+# shellcheck source=tests/preload/lib.sh
+. "$(dirname "$0")/lib.sh"
+need socat curl python3
+py=$(python3_bin)
+
+mkdir -p "$tmp/www"
+random_file "$tmp/www/blob" 100
+stall=$(( 4 * 1048576 ))
+
+# start_reader MODE NAME COMMAND...: the client of a MODE run, writing into
+# the FIFO $tmp/fifo, opened on fd 3 here; its pid in $client_pid.  Reads
+# the first 4 MiB; returns 1 (after fail) if they do not come.
+start_reader() {
+	local mode=$1 name=$2 n
+	shift 2
+	rm -f "$tmp/fifo"
+	mkfifo "$tmp/fifo"
+	wrap_for "$mode" client
+	spawn "$tmp/fifo" "$tmp/$name-client.err" "${wrap[@]}" "$@"
+	client_pid=$spawned
+	exec 3<"$tmp/fifo"
+	n=$(timeout 30 head -c "$stall" <&3 | wc -c)
+	[ "$n" = "$stall" ] && return 0
+	fail "$name ($(describe "$mode")): the client passed on $n bytes, not $stall:" \
+		"$(cat "$tmp/$name-client.err")"
+	return 1
+}
+
+# drain: read the FIFO to its end (the client closed it, or died); 1 if it
+# has not ended in 30 s.
+drain() {
+	timeout 30 cat <&3 >/dev/null
+	local rc=$?
+	exec 3<&-
+	return $rc
+}
+
+# murder PID: SIGKILL, without bash reporting the death of a job.
+murder() {
+	disown "$1" 2>/dev/null
+	kill -9 "$1"
+}
+
+kill_server() {
+	local mode=$1 what="server killed under socat ($(describe "$mode"))"
+	serve "zero-$mode" "$mode" socat -u /dev/zero \
+		"TCP-LISTEN:@PORT@,bind=127.0.0.1,reuseaddr" || return
+	start_reader "$mode" zero socat -u "TCP:127.0.0.1:$port" - || return
+	murder "$server_pid"
+	drain || fail "$what: the client still writes 30 s after"
+	reap "$client_pid" 30
+	if [ "$reaped" = 124 ]; then
+		fail "$what: the client hung: $(cat "$tmp/zero-client.err")"
+	else
+		note "ok: $what: the client exited with $reaped"
+	fi
+}
+
+kill_client() {
+	local mode=$1 what="client killed under socat ($(describe "$mode"))"
+	serve "zero-$mode" "$mode" socat -u /dev/zero \
+		"TCP-LISTEN:@PORT@,bind=127.0.0.1,reuseaddr" || return
+	start_reader "$mode" zero socat -u "TCP:127.0.0.1:$port" - || return
+	murder "$client_pid"
+	drain
+	reap "$server_pid" 30
+	case $reaped in
+	124) fail "$what: the server hung: $(other_lines "$tmp/zero-$mode.err")" ;;
+	0) fail "$what: the server exited 0, as if all went well" ;;
+	*) note "ok: $what: the server exited with $reaped:" \
+		"$(other_lines "$tmp/zero-$mode.err" | tail -n 1)" ;;
+	esac
+}
+
+kill_http() {
+	local mode=$1 what="http.server killed under curl ($(describe "$mode"))"
+	serve "http-$mode" "$mode" "$py" -u -m http.server --bind 127.0.0.1 \
+		--directory "$tmp/www" @PORT@ || return
+	start_reader "$mode" curl curl -sS --noproxy '*' "http://127.0.0.1:$port/blob" ||
+		return
+	murder "$server_pid"
+	drain || fail "$what: curl still writes 30 s after"
+	reap "$client_pid" 30
+	case $reaped in
+	124) fail "$what: curl hung" ;;
+	0) fail "$what: curl exited 0, as if the file were whole" ;;
+	*) note "ok: $what: curl exited with $reaped: $(other_lines "$tmp/curl-client.err")" ;;
+	esac
+}
+
+for mode in tcp ferry srv cli; do
+	kill_server "$mode"
+	kill_client "$mode"
+	kill_http "$mode"
+done
+finish

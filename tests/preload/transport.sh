@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# transport.sh - did the preload really carry the connection over ferry, or
+# silently over TCP?  Asked from outside the programs, while a connection
+# is open and idle between a server and a socat client whose input is a
+# FIFO the test holds (a line has gone there and back first):
+#   - kernel TCP connections on the port (ss): none when both ends are
+#     under the preload (ferry carries it), two (one per end) in every
+#     other run: plain TCP, and mixed, where the preloaded end must fall
+#     back to TCP;
+#   - the ferry listener's rendezvous, the abstract AF_UNIX socket
+#     "@ferry/cm/v1/inet/127.0.0.1/PORT" (cm/cm_shm.c): there exactly when
+#     the server is under the preload.
+# Servers: fork-echo (the connection lives in a forked child) and socat
+# echoing through a PIPE.  Then the FIFO is closed and both ends must end
+# cleanly, the line echoed once.
+# TODO(transport): when the shim logs which transport a connection took
+# (FERRY_LOG=info) or ferry-stat lists it, assert on that as well.
+set -u
+prog=transport.sh
+# shellcheck source=tests/preload/lib.sh
+. "$(dirname "$0")/lib.sh"
+need socat
+
+fork_echo=$builddir/tests/preload/fork-echo
+[ -x "$fork_echo" ] || skip "$fork_echo is not built (make check builds it)"
+
+# tcp_conns PORT: kernel TCP connections established to or from PORT.
+tcp_conns() {
+	ss -Htn state established "( sport = :$1 or dport = :$1 )" | grep -c .
+}
+
+# rendezvous PORT: 1 if a ferry listener's rendezvous for 127.0.0.1:PORT
+# exists in this network namespace, else 0.
+rendezvous() {
+	grep -c "@ferry/cm/v1/inet/127\.0\.0\.1/$1\$" /proc/net/unix
+}
+
+# probe MODE NAME SERVER-COMMAND...: one held connection and its checks.
+probe() {
+	local mode=$1 name=$2 what i conns want_conns want_rv rv failed_before=$failed
+	shift 2
+	what="$name ($(describe "$mode"))"
+	case $mode in
+	ferry) want_conns=0 want_rv=1 ;;
+	srv) want_conns=2 want_rv=1 ;;
+	*) want_conns=2 want_rv=0 ;;
+	esac
+	serve "$name-$mode" "$mode" "$@" || return
+	rm -f "$tmp/fifo" "$tmp/echoed"
+	mkfifo "$tmp/fifo"
+	wrap_for "$mode" client
+	( exec "${wrap[@]}" socat -t 30 - "TCP:127.0.0.1:$port" ) \
+		<"$tmp/fifo" >"$tmp/echoed" 2>"$tmp/client.err" &
+	client_pid=$!
+	pids+=("$client_pid")
+	exec 4>"$tmp/fifo"
+	echo "ferry transport probe" >&4
+	for i in $(seq 400); do
+		grep -q '^ferry transport probe$' "$tmp/echoed" && break
+		kill -0 "$client_pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	if ! grep -q '^ferry transport probe$' "$tmp/echoed"; then
+		fail "$what: the line did not come back: $(cat "$tmp/client.err")"
+	else
+		conns=$(tcp_conns "$port")
+		[ "$conns" = "$want_conns" ] ||
+			fail "$what: $conns kernel TCP connections on port $port, not $want_conns:" \
+				"$(ss -Htnp state established "( sport = :$port or dport = :$port )")"
+		rv=$(rendezvous "$port")
+		[ "$rv" = "$want_rv" ] ||
+			fail "$what: $rv ferry rendezvous sockets for port $port, not $want_rv"
+	fi
+	exec 4>&-
+	reap "$client_pid" 30
+	[ "$reaped" = 0 ] || fail "$what: the client exited with $reaped: $(cat "$tmp/client.err")"
+	[ "$(cat "$tmp/echoed")" = "ferry transport probe" ] ||
+		fail "$what: the client got back '$(head -c 200 "$tmp/echoed")'"
+	reap "$server_pid" 30
+	[ "$reaped" = 0 ] || fail "$what: the server exited with $reaped: $(cat "$tmp/$name-$mode.err")"
+	[ "$failed" != "$failed_before" ] ||
+		note "ok: $what: $conns kernel TCP connections, $rv ferry rendezvous"
+}
+
+for mode in tcp ferry srv cli; do
+	probe "$mode" fork-echo "$fork_echo" @PORT@ 1
+	probe "$mode" socat-echo socat -t 30 "TCP-LISTEN:@PORT@,bind=127.0.0.1,reuseaddr" PIPE
+done
+finish
