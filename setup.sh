@@ -37,8 +37,12 @@ PACKAGES=(
 	qemu-system-x86 busybox-static cpio kmod ibverbs-utils iproute2
 	# `make fuzz` (libFuzzer): clang, and its runtime, which clang only recommends
 	clang libclang-rt-14-dev
-	# integration tests and benchmarks: iperf3 under the preload, gnuplot for plots
-	iperf3 gnuplot-nox
+	# integration tests and benchmarks: gnuplot for plots, and the real programs
+	# tests/preload/*.sh and bench/run-preload.sh run under the preload shim
+	# (ss comes with iproute2).  The redis-server package starts a system
+	# service; the tests start their own server on a random port and leave
+	# that one alone.
+	iperf3 gnuplot-nox redis-server redis-tools curl socat python3
 	# git, to clone and update the source over https
 	git ca-certificates
 )
