@@ -20,7 +20,7 @@ clients=4
 bytes=$(( 16 * 1048576 ))
 
 run() {
-	local mode=$1 what failed_before=$failed i cpids=()
+	local mode=$1 what failed_before=$failed i cpids=() deadline
 	what="fork-echo ($(describe "$mode"))"
 	serve "fork-$mode" "$mode" "$server" @PORT@ "$clients" || return
 	wrap_for "$mode" client
@@ -29,8 +29,10 @@ run() {
 			"${wrap[@]}" "$echo_client" "$port" "$bytes" "$i"
 		cpids+=("$spawned")
 	done
+	# The clients run at once: 60 s for them all.
+	deadline=$(( SECONDS + 60 ))
 	for i in $(seq "$clients"); do
-		reap "${cpids[i - 1]}" 60
+		reap "${cpids[i - 1]}" $(( deadline > SECONDS ? deadline - SECONDS : 1 ))
 		[ "$reaped" = 0 ] && grep -qx "echo-client: $bytes bytes echoed intact" "$tmp/client$i.out" ||
 			fail "$what: client $i exited with $reaped: $(cat "$tmp/client$i.out" "$tmp/client$i.err")"
 		no_ferry_errors "$what, client $i" "$tmp/client$i.err"
@@ -41,10 +43,12 @@ run() {
 	[ "$i" = "$clients" ] || fail "$what: $i children, not $clients, echoed $bytes bytes:" \
 		"$(cat "$tmp/fork-$mode.out")"
 	no_ferry_errors "$what, server" "$tmp/fork-$mode.err"
+	client_transport "$what" "$mode" "$tmp"/client?.err
+	server_transport "$what" "$mode" "$tmp/fork-$mode.err"
 	[ "$failed" != "$failed_before" ] || note "ok: $what"
 }
 
-for mode in tcp ferry srv cli; do
+for mode in $modes; do
 	run "$mode"
 done
 finish

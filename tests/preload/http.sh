@@ -33,6 +33,7 @@ run() {
 	[ -f "$tmp/got" ] && [ "$(sha "$tmp/got")" = "$want" ] ||
 		fail "$what: the file arrived changed ($(stat -c %s "$tmp/got" 2>/dev/null) bytes)"
 	no_ferry_errors "$what, curl" "$tmp/curl.err"
+	client_transport "$what" "$mode" "$tmp/curl.err"
 	rm -f "$tmp/got"
 
 	client "$mode" 30 curl -sS --noproxy '*' "http://127.0.0.1:$port/small.txt" \
@@ -51,10 +52,11 @@ run() {
 		grep -A 20 Traceback "$tmp/http-$mode.err" | head -n 40
 	fi
 	no_ferry_errors "$what, http.server" "$tmp/http-$mode.err"
+	server_transport "$what" "$mode" "$tmp/http-$mode.err"
 	[ "$failed" != "$failed_before" ] || note "ok: $what"
 }
 
-for mode in tcp ferry srv cli; do
+for mode in $modes; do
 	run "$mode"
 done
 finish

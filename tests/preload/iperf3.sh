@@ -95,10 +95,12 @@ run() {
 	for a in client server; do
 		no_ferry_errors "$what, $a" "$tmp/$a-$mode-$name.err"
 	done
+	client_transport "$what" "$mode" "$tmp/client-$mode-$name.err"
+	server_transport "$what" "$mode" "$tmp/server-$mode-$name.err"
 	[ "$failed" != "$failed_before" ] || note "ok: $what"
 }
 
-for mode in tcp ferry srv cli; do
+for mode in $modes; do
 	run "$mode" fwd
 	run "$mode" rev -R
 	run "$mode" p4 -P 4

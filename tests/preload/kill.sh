@@ -37,7 +37,11 @@ start_reader() {
 	client_pid=$spawned
 	exec 3<"$tmp/fifo"
 	n=$(timeout 30 head -c "$stall" <&3 | wc -c)
-	[ "$n" = "$stall" ] && return 0
+	if [ "$n" = "$stall" ]; then
+		client_transport "$name ($(describe "$mode"))" "$mode" "$tmp/$name-client.err"
+		server_transport "$name ($(describe "$mode"))" "$mode" "$server_err"
+		return 0
+	fi
 	fail "$name ($(describe "$mode")): the client passed on $n bytes, not $stall:" \
 		"$(cat "$tmp/$name-client.err")"
 	return 1
@@ -105,7 +109,7 @@ kill_http() {
 	esac
 }
 
-for mode in tcp ferry srv cli; do
+for mode in $modes; do
 	kill_server "$mode"
 	kill_client "$mode"
 	kill_http "$mode"

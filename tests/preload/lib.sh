@@ -10,6 +10,9 @@
 # shellcheck shell=bash disable=SC2034,SC2317
 
 builddir=$PWD
+# The modes every script runs, in order; FERRY_TEST_MODES="ferry" (say)
+# narrows a run down while chasing a failure.
+modes=${FERRY_TEST_MODES:-tcp ferry srv cli}
 preload_so=$builddir/preload/.libs/libferry-preload.so
 failed=0
 
@@ -41,13 +44,16 @@ need ss timeout
 
 # ferry_prefix: set the array $wrap to the command prefix that runs a
 # program under the preload.  The one place that knows how: ferry-run when
-# it is built, LD_PRELOAD by hand until then.  FERRY_LOG=info makes the
-# shim say why it fell back to TCP; its lines go to the program's stderr.
+# it is built (told to load this build's shim, not an installed one),
+# LD_PRELOAD by hand otherwise.  FERRY_LOG=debug makes the shim say, for
+# each connect() and listen(), whether ferry took it (once per connection,
+# not per call); its lines go to the program's stderr.
 ferry_prefix() {
 	if [ -x "$builddir/tools/ferry-run" ]; then
-		wrap=(env "FERRY_LOG=${FERRY_LOG:-info}" "$builddir/tools/ferry-run")
+		wrap=(env "FERRY_LOG=${FERRY_LOG:-debug}" "FERRY_PRELOAD_LIB=$preload_so"
+		      "$builddir/tools/ferry-run")
 	else
-		wrap=(env "FERRY_LOG=${FERRY_LOG:-info}" "LD_PRELOAD=$preload_so")
+		wrap=(env "FERRY_LOG=${FERRY_LOG:-debug}" "LD_PRELOAD=$preload_so")
 	fi
 }
 
@@ -129,13 +135,14 @@ listening() {
 # serve NAME MODE COMMAND...: start a server (the server side of a MODE
 # run) whose arguments may hold @PORT@, on a fresh port; when it listens,
 # its pid is in $server_pid and the port in $port, its output in
-# $tmp/NAME.out and $tmp/NAME.err.  A port someone took in between is
+# $tmp/NAME.out and $tmp/NAME.err (also in $server_err).  A port someone took in between is
 # tried again on another; returns 1 (after fail) when the server does not
 # come up.
 serve() {
 	local name=$1 mode=$2 try i
 	shift 2
 	wrap_for "$mode" server
+	server_err=$tmp/$name.err
 	for try in 1 2 3 4 5; do
 		port=$(pick_port)
 		spawn "$tmp/$name.out" "$tmp/$name.err" "${wrap[@]}" "${@//@PORT@/$port}"
@@ -196,9 +203,36 @@ python3_bin() {
 	python3 -c 'import sys; print(sys.executable)'
 }
 
-# TODO(transport): the shim's log does not yet say which transport a
-# connection took (FERRY_LOG=info/debug), nor is there a ferry-stat to ask.
-# Until one of them does, "it went over ferry" is checked only by
-# tests/preload/transport.sh, from the outside: a connection ferry carries
-# has no kernel TCP connection behind it (ss).  When the log names the
-# transport, assert on it here for every run.
+# What the shim logs (preload/sockets.c) about the port of a run:
+#   debug: connect to 127.0.0.1:PORT: ferry                  over ferry
+#   info:  connect to 127.0.0.1:PORT: not ferry (why): TCP   fell back
+#   debug: listen on 127.0.0.1:PORT: TCP and ferry           both served
+# ferry-stat, when it lands, could be asked too.
+
+# client_transport WHAT MODE FILES...: the stderr FILES of a run's clients
+# say that each connection went over ferry when both ends are under the
+# preload, and over TCP when only the client is; plain clients log nothing.
+client_transport() {
+	local what=$1 mode=$2 via_ferry via_tcp
+	shift 2
+	case $mode in ferry|cli) ;; *) return 0 ;; esac
+	via_ferry=$(cat "$@" | grep -Ec "^ferry\[[0-9]+\]: debug: connect to 127\.0\.0\.1:$port: ferry\$")
+	via_tcp=$(cat "$@" | grep -Ec "^ferry\[[0-9]+\]: info: connect to 127\.0\.0\.1:$port: not ferry")
+	if [ "$mode" = ferry ]; then
+		[ "$via_ferry" -gt 0 ] && [ "$via_tcp" = 0 ] ||
+			fail "$what: $via_ferry connections over ferry and $via_tcp over TCP, not all over ferry:" \
+				"$(cat "$@" | grep -E "connect to 127\.0\.0\.1:$port: not ferry" | head -n 3)"
+	else
+		[ "$via_tcp" -gt 0 ] && [ "$via_ferry" = 0 ] ||
+			fail "$what: $via_ferry connections over ferry and $via_tcp over TCP, not all over TCP"
+	fi
+}
+
+# server_transport WHAT MODE FILE: the server's stderr FILE says it serves
+# ferry beside TCP when it is under the preload.
+server_transport() {
+	case $2 in ferry|srv) ;; *) return 0 ;; esac
+	grep -Eq "^ferry\[[0-9]+\]: debug: listen on 127\.0\.0\.1:$port: TCP and ferry\$" "$3" ||
+		fail "$1: the server does not say it serves ferry on port $port:" \
+			"$(grep -E "listen on" "$3" | head -n 3)"
+}

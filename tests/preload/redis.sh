@@ -30,6 +30,8 @@ cli() {
 		<"${cli_input:-/dev/null}" >"$tmp/cli.out" 2>"$tmp/cli.err"
 	out=$(other_lines "$tmp/cli.out")
 	[ $rc = 0 ] || fail "redis-cli $* exited with $rc: $(cat "$tmp/cli.err")"
+	no_ferry_errors "redis-cli $* ($(describe "$mode"))" "$tmp/cli.err"
+	client_transport "redis-cli $* ($(describe "$mode"))" "$mode" "$tmp/cli.err"
 }
 
 # results FILE: the names of the tests redis-benchmark -q reported, one a
@@ -63,6 +65,7 @@ bench() {
 		fail "$what: redis-benchmark complained: $(other_lines "$tmp/bench.err" | head -n 5)"
 	fi
 	no_ferry_errors "$what, redis-benchmark" "$tmp/bench.err"
+	client_transport "$what" "$mode" "$tmp/bench.err"
 	if tr '\r' '\n' <"$tmp/bench.out" | grep -Eiq 'error|ERR '; then
 		fail "$what: errors in the results: $(tr '\r' '\n' <"$tmp/bench.out" |
 			grep -Ei 'error|ERR ' | head -n 5)"
@@ -115,13 +118,14 @@ run() {
 	reap "$server_pid" 30
 	[ "$reaped" = 0 ] || fail "$what: the server exited with $reaped"
 	no_ferry_errors "$what, server" "$tmp/redis-$mode.err"
+	server_transport "$what" "$mode" "$tmp/redis-$mode.err"
 	if grep -E '^[0-9]+:[A-Z] .* # .*(rror|failed)' "$tmp/redis-$mode/log" | grep -q .; then
 		fail "$what: the server logged errors:"
 		grep -E '^[0-9]+:[A-Z] .* # .*(rror|failed)' "$tmp/redis-$mode/log" | head -n 5
 	fi
 }
 
-for mode in tcp ferry srv cli; do
+for mode in $modes; do
 	run "$mode"
 done
 finish

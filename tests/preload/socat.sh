@@ -42,10 +42,12 @@ relay() {
 		fail "$what: the file arrived changed ($(stat -c %s "$tmp/got" 2>/dev/null) bytes)"
 	no_ferry_errors "$what, client" "$tmp/client.err"
 	no_ferry_errors "$what, server" "$tmp/socat-$mode-$name.err"
+	client_transport "$what" "$mode" "$tmp/client.err"
+	server_transport "$what" "$mode" "$tmp/socat-$mode-$name.err"
 	[ "$failed" != "$failed_before" ] || note "ok: $what"
 }
 
-for mode in tcp ferry srv cli; do
+for mode in $modes; do
 	relay "$mode" up "$tmp/file" "-u $listen CREATE:$tmp/got" -u - "TCP:127.0.0.1:@PORT@"
 	relay "$mode" down "$tmp/file" "-u OPEN:$tmp/file $listen" -u "TCP:127.0.0.1:@PORT@" -
 	relay "$mode" echo "$tmp/file.4k" "$listen PIPE" - "TCP:127.0.0.1:@PORT@"

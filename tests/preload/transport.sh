@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # transport.sh - did the preload really carry the connection over ferry, or
-# silently over TCP?  Asked from outside the programs, while a connection
-# is open and idle between a server and a socat client whose input is a
-# FIFO the test holds (a line has gone there and back first):
-#   - kernel TCP connections on the port (ss): none when both ends are
-#     under the preload (ferry carries it), two (one per end) in every
-#     other run: plain TCP, and mixed, where the preloaded end must fall
-#     back to TCP;
-#   - the ferry listener's rendezvous, the abstract AF_UNIX socket
-#     "@ferry/cm/v1/inet/127.0.0.1/PORT" (cm/cm_shm.c): there exactly when
-#     the server is under the preload.
+# silently over TCP?  Asked from outside the programs, not only from the
+# shim's log as the other scripts do:
+#   - once the server listens: the ferry listener's rendezvous, a listening
+#     abstract AF_UNIX socket "@ferry/cm/v1/inet/127.0.0.1/PORT"
+#     (cm/cm_shm.c), is there exactly when the server is under the preload;
+#   - while a connection is open and idle between the server and a socat
+#     client whose input is a FIFO the test holds (a line has gone there
+#     and back first): the kernel TCP connections on the port (ss) are none
+#     when both ends are under the preload (ferry carries it), two (one per
+#     end) in every other run: plain TCP, and mixed, where the preloaded
+#     end must fall back to TCP.
 # Servers: fork-echo (the connection lives in a forked child) and socat
 # echoing through a PIPE.  Then the FIFO is closed and both ends must end
 # cleanly, the line echoed once.
-# TODO(transport): when the shim logs which transport a connection took
-# (FERRY_LOG=info) or ferry-stat lists it, assert on that as well.
 set -u
 prog=transport.sh
 # shellcheck source=tests/preload/lib.sh
@@ -29,10 +28,14 @@ tcp_conns() {
 	ss -Htn state established "( sport = :$1 or dport = :$1 )" | grep -c .
 }
 
-# rendezvous PORT: 1 if a ferry listener's rendezvous for 127.0.0.1:PORT
-# exists in this network namespace, else 0.
+# rendezvous PORT: how many ferry listeners' rendezvous sockets for
+# 127.0.0.1:PORT listen in this network namespace (/proc/net/unix: flags
+# 00010000 and state 01 are a listening socket; a connection accepted
+# from it shows the same name).
 rendezvous() {
-	grep -c "@ferry/cm/v1/inet/127\.0\.0\.1/$1\$" /proc/net/unix
+	awk -v name="@ferry/cm/v1/inet/127.0.0.1/$1" \
+		'$4 == "00010000" && $6 == "01" && $8 == name { n++ } END { print n + 0 }' \
+		/proc/net/unix
 }
 
 # probe MODE NAME SERVER-COMMAND...: one held connection and its checks.
@@ -46,6 +49,9 @@ probe() {
 	*) want_conns=2 want_rv=0 ;;
 	esac
 	serve "$name-$mode" "$mode" "$@" || return
+	rv=$(rendezvous "$port")
+	[ "$rv" = "$want_rv" ] ||
+		fail "$what: $rv ferry rendezvous sockets listen for port $port, not $want_rv"
 	rm -f "$tmp/fifo" "$tmp/echoed"
 	mkfifo "$tmp/fifo"
 	wrap_for "$mode" client
@@ -67,9 +73,6 @@ probe() {
 		[ "$conns" = "$want_conns" ] ||
 			fail "$what: $conns kernel TCP connections on port $port, not $want_conns:" \
 				"$(ss -Htnp state established "( sport = :$port or dport = :$port )")"
-		rv=$(rendezvous "$port")
-		[ "$rv" = "$want_rv" ] ||
-			fail "$what: $rv ferry rendezvous sockets for port $port, not $want_rv"
 	fi
 	exec 4>&-
 	reap "$client_pid" 30
@@ -78,11 +81,13 @@ probe() {
 		fail "$what: the client got back '$(head -c 200 "$tmp/echoed")'"
 	reap "$server_pid" 30
 	[ "$reaped" = 0 ] || fail "$what: the server exited with $reaped: $(cat "$tmp/$name-$mode.err")"
+	client_transport "$what" "$mode" "$tmp/client.err"
+	server_transport "$what" "$mode" "$tmp/$name-$mode.err"
 	[ "$failed" != "$failed_before" ] ||
 		note "ok: $what: $conns kernel TCP connections, $rv ferry rendezvous"
 }
 
-for mode in tcp ferry srv cli; do
+for mode in $modes; do
 	probe "$mode" fork-echo "$fork_echo" @PORT@ 1
 	probe "$mode" socat-echo socat -t 30 "TCP-LISTEN:@PORT@,bind=127.0.0.1,reuseaddr" PIPE
 done
