@@ -111,7 +111,7 @@ static struct rdma_event_channel *vcm_channel(void)
 	if (!vcm.ch) {
 		ch = rdma_create_event_channel();
 		if (!ch) {
-			ferry_info("cm: rdma_create_event_channel: %m");
+			ferry_debug("cm: rdma_create_event_channel: %m");
 			goto out;
 		}
 		evutil_make_socket_nonblocking(ch->fd);

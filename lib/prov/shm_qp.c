@@ -166,7 +166,7 @@ void shm_qp_set_error(struct shm_qp *qp, const char *why)
 		return;
 	}
 	if (why)
-		ferry_info("QP %u: to ERR: %s", qp->qp.qp_num, why);
+		ferry_debug("QP %u: to ERR: %s", qp->qp.qp_num, why);
 	__atomic_store_n(&qp->qp.state, FERRY_QPS_ERR, __ATOMIC_RELEASE);
 	if (qp->region)
 		atomic_store(&qp->region->in_error, 1);
