@@ -472,8 +472,8 @@ FP_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int max,
 			     tmo ? tmo->tv_sec * 1000000000ll + tmo->tv_nsec : -1, mask);
 }
 
-/* @fd is closing: no set reports it any more. */
-void fp_epoll_forget(int fd)
+/* @e's last name is closing: no set reports it any more. */
+void fp_epoll_forget(struct fp_fd *e)
 {
 	struct fp_ep_item *it, **pp;
 	struct fp_ep *ep;
@@ -481,8 +481,11 @@ void fp_epoll_forget(int fd)
 	pthread_mutex_lock(&fp_eps_lock);
 	for (ep = fp_eps; ep; ep = ep->next) {
 		pthread_mutex_lock(&ep->lock);
-		it = fp_ep_find(ep, fd, &pp);
-		if (it) {
+		for (pp = &ep->items; (it = *pp);) {
+			if (it->e != e) {
+				pp = &it->next;
+				continue;
+			}
 			fp_ep_watch(ep, it, false);
 			*pp = it->next;
 			ep->nitems--;

@@ -160,8 +160,8 @@ void fp_free(struct fp_fd *e);
 void fp_for_each(void (*fn)(int fd, struct fp_fd *e, void *arg), void *arg);
 /* An fd number above the application's: for the shim's own hidden fds. */
 int fp_hide_fd(int fd);
-/* Forget every epoll registration of @fd (epoll.c). */
-void fp_epoll_forget(int fd);
+/* Forget every epoll registration of entry @e, by any of its names (epoll.c). */
+void fp_epoll_forget(struct fp_fd *e);
 /* The last name of an epoll set with managed items closed. */
 void fp_epoll_free(struct fp_ep *ep);
 /* A ferry socket or listener: what the shim answers for itself. */

@@ -416,7 +416,7 @@ static int fp_release(int fd, struct fp_fd *e)
 	}
 	switch (e->kind) {
 	case FP_LISTEN:
-		fp_epoll_forget(fd);
+		fp_epoll_forget(e);
 		fp_acceptor_del(e);
 		FP_ENTER();
 		ferry_sock_close(e->ferry_fd);
@@ -426,7 +426,7 @@ static int fp_release(int fd, struct fp_fd *e)
 		fp_epoll_free(e->ep);
 		break;
 	case FP_FERRY:
-		fp_epoll_forget(fd);
+		fp_epoll_forget(e);
 		FP_ENTER();
 		/* The last process holding the connection ends it in order;
 		 * one of several (after fork) only lets go of its copy. */
