@@ -613,6 +613,71 @@ START_TEST(test_rcvbuf_sizes_ring)
 }
 END_TEST
 
+/* Move @len bytes from @a to @b in one thread, checking every byte. */
+static void ts_move_checked(int a, int b, size_t len)
+{
+	uint8_t *out = malloc(len), *in = malloc(len);
+	size_t sent = 0, got = 0;
+
+	ck_assert(out && in);
+	ts_fill(out, len, 11);
+	while (got < len) {
+		ssize_t n;
+
+		if (sent < len) {
+			n = ferry_sock_send(a, out + sent, len - sent, MSG_DONTWAIT);
+			ck_assert_msg(n > 0 || errno == EAGAIN, "send: %s", strerror(errno));
+			sent += n > 0 ? (size_t)n : 0;
+		}
+		n = ferry_sock_recv(b, in + got, len - got, MSG_DONTWAIT);
+		ck_assert_msg(n > 0 || errno == EAGAIN, "recv: %zd (%s)", n, strerror(errno));
+		got += n > 0 ? (size_t)n : 0;
+	}
+	ck_assert(memcmp(in, out, len) == 0);
+	free(in);
+	free(out);
+}
+
+/*
+ * A listener makes the buffers of its next socket while accept waits; a
+ * size set on the listener after that must still be what the accepted
+ * socket gets (a ring too small for what it advertises breaks the stream).
+ */
+START_TEST(test_accept_after_listener_resized)
+{
+	int small = 16 * 1024, big = 256 * 1024, l, c, b, v = 0;
+	socklen_t vl = sizeof(v);
+	uint16_t port;
+
+	l = ts_listen(&port);
+	ck_assert_int_eq(ferry_sock_setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small,
+					       sizeof(small)), 0);
+	c = ts_connect_start(port);	/* the first request: buffers made then */
+	ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+	b = ferry_sock_accept(l, NULL, NULL);
+	ck_assert_int_ge(b, 0);
+	ts_connect_finish(c);
+	ferry_sock_close(c);
+	ferry_sock_close(b);
+
+	ck_assert_int_eq(ferry_sock_fcntl(l, F_SETFL, O_NONBLOCK), 0);
+	ck_assert_int_eq(ferry_sock_accept(l, NULL, NULL), -1);	/* waits: a spare */
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(ferry_sock_setsockopt(l, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big)), 0);
+	c = ts_connect_start(port);
+	ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+	b = ferry_sock_accept(l, NULL, NULL);
+	ck_assert_int_ge(b, 0);
+	ts_connect_finish(c);
+	ck_assert_int_eq(ferry_sock_getsockopt(b, SOL_SOCKET, SO_RCVBUF, &v, &vl), 0);
+	ck_assert_int_eq(v, big);
+	ts_move_checked(c, b, 4 * (size_t)big);
+	ferry_sock_close(c);
+	ferry_sock_close(b);
+	ferry_sock_close(l);
+}
+END_TEST
+
 static void ts_child_keepalive_then_stop(int fd)
 {
 	int on = 1, one = 1;
@@ -969,6 +1034,7 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_accept4_flags);
 	tcase_add_test(tc, test_fionread);
 	tcase_add_test(tc, test_rcvbuf_sizes_ring);
+	tcase_add_test(tc, test_accept_after_listener_resized);
 	tcase_add_test(tc, test_poll_select_mixed);
 	tcase_add_test(tc, test_iomap_places_in_order);
 	tcase_add_test(tc, test_iomap_errors);

@@ -172,6 +172,10 @@ struct ferry_sock {
 
 	/* Listener: accepted sockets waiting for ESTABLISHED, and ready. */
 	struct ferry_sock *pending, *ready, *ready_tail;
+	/* Listener: buffers made ahead for the next request (on req_ctx, the
+	 * device of the last one), while accept had nothing to return. */
+	struct ferry_sock *spare;
+	struct ferry_context *req_ctx;
 	struct ferry_sock *next;	/* in a listener's list */
 	int backlog, nready;
 
@@ -286,6 +290,12 @@ int sock_conn_listen(struct ferry_sock *s, int backlog);
 void sock_conn_process(struct ferry_sock *s);
 /* Take a ready accepted socket; NULL if none. cm_lock held. */
 struct ferry_sock *sock_conn_take_ready(struct ferry_sock *listener);
+/*
+ * sock_conn_spare_prepare - a listener's accept found nothing: make the
+ * buffers of the next accepted socket now, while waiting, rather than on
+ * the client's time when its request comes.  cm_lock held.
+ */
+void sock_conn_spare_prepare(struct ferry_sock *listener);
 void sock_conn_teardown(struct ferry_sock *s);
 struct sock_chan *sock_chan_new(void);
 void sock_chan_put(struct sock_chan *c);

@@ -258,6 +258,8 @@ int ferry_sock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int fl
 		}
 		sock_conn_process(s);
 		ns = sock_conn_take_ready(s);
+		if (!ns)
+			sock_conn_spare_prepare(s);
 		pthread_mutex_unlock(&s->cm_lock);
 		if (ns)
 			break;

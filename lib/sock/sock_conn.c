@@ -7,6 +7,11 @@
  * need no thread: each step is taken when the socket is polled, waited on
  * or asked for SO_ERROR.  A listener's channel also carries the events of
  * the ids it accepted (the CM has no migrate_id), so it is refcounted.
+ *
+ * A listener whose accept finds nothing makes the buffers of its next
+ * socket while it waits (a spare: PD, CQ, rings and MRs, fresh and shared
+ * with nobody yet), so that a request is answered without them on the
+ * client's time; only the QP waits for the request's id.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -141,14 +146,19 @@ static uint32_t pow2_at_least(uint32_t v)
 	return p;
 }
 
-/* PD, completion channel, CQ, QP, rings and MRs for the id's device. */
-static int sock_conn_resources(struct ferry_sock *s)
+/*
+ * PD, completion channel, CQ, rings and their MRs on @ctx: everything but
+ * the QP, which needs the CM id.  A listener's spare (see
+ * sock_conn_spare_prepare) has them already.
+ */
+static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 {
-	struct ferry_qp_init_attr attr = { 0 };
 	const char *tp;
 	size_t rlen;
 
-	s->ctx = s->id->verbs;
+	if (s->pd)
+		return 0;
+	s->ctx = ctx;
 	tp = s->ctx ? ferry_get_device_transport(s->ctx->device) : NULL;
 	s->verbs_transport = tp && strcmp(tp, "verbs") == 0;
 	/*
@@ -197,7 +207,16 @@ static int sock_conn_resources(struct ferry_sock *s)
 	s->smr = ferry_reg_mr(s->pd, s->sbuf, s->sbuf_size, FERRY_ACCESS_LOCAL_WRITE);
 	if (!s->smr)
 		return -1;
+	return 0;
+}
 
+/* Buffers (unless a spare brought them) and the QP, for the id's device. */
+static int sock_conn_resources(struct ferry_sock *s)
+{
+	struct ferry_qp_init_attr attr = { 0 };
+
+	if (sock_conn_buffers(s, s->id->verbs) < 0)
+		return -1;
 	attr.send_cq = s->cq;
 	attr.recv_cq = s->cq;
 	attr.qp_type = FERRY_QPT_RC;
@@ -227,6 +246,10 @@ void sock_conn_teardown(struct ferry_sock *s)
 {
 	struct ferry_sock *p;
 
+	if (s->spare) {
+		sock_free(s->spare);
+		s->spare = NULL;
+	}
 	/* A listener's accepted sockets nobody took. */
 	while ((p = s->pending) || (p = s->ready)) {
 		if (p == s->pending)
@@ -416,21 +439,9 @@ err:
 	}
 }
 
-/* A connection request: a new socket with its resources, accepted at once. */
-static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
+/* Options set on the listener are inherited, as with TCP. */
+static void sock_conn_inherit(struct ferry_sock *s, const struct ferry_sock *l)
 {
-	uint8_t pd[RS_PRIVATE_DATA_LEN];
-	struct ferry_conn_param param;
-	struct ferry_sock *s;
-
-	s = sock_new(l->domain, false, true);
-	if (!s) {
-		ferry_warn("sock: no memory for a connection request: rejecting it");
-		ferry_reject(ev->id, NULL, 0);
-		ferry_destroy_id(ev->id);
-		return;
-	}
-	/* Options set on the listener are inherited, as with TCP. */
 	s->sbuf_size = l->sbuf_size;
 	s->rbuf_size = l->rbuf_size;
 	s->sq_size = l->sq_size;
@@ -444,6 +455,71 @@ static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
 	s->nodelay = l->nodelay;
 	s->linger_on = l->linger_on;
 	s->linger_s = l->linger_s;
+}
+
+/* Were the spare's buffers made for a request on @ctx with these options? */
+static bool sock_conn_spare_fits(const struct ferry_sock *l, const struct ferry_sock *sp,
+				 const struct ferry_context *ctx)
+{
+	return sp->ctx == ctx && sp->sbuf_size == pow2_at_least(l->sbuf_size) &&
+	       sp->rbuf_size == pow2_at_least(l->rbuf_size) && sp->sq_size == l->sq_size &&
+	       sp->rq_size == l->rq_size && sp->target_iomap_size == l->target_iomap_size;
+}
+
+/* The socket for a request on @ctx: the listener's spare if it fits. */
+static struct ferry_sock *sock_conn_new_accepted(struct ferry_sock *l,
+						 struct ferry_context *ctx)
+{
+	struct ferry_sock *s = l->spare;
+
+	l->spare = NULL;
+	l->req_ctx = ctx;
+	if (s && sock_conn_spare_fits(l, s, ctx)) {
+		sock_conn_inherit(s, l);
+		s->sbuf_size = pow2_at_least(s->sbuf_size);	/* as its buffers */
+		s->rbuf_size = pow2_at_least(s->rbuf_size);
+		return s;
+	}
+	if (s)
+		sock_free(s);	/* the options changed since */
+	s = sock_new(l->domain, false, true);
+	if (s)
+		sock_conn_inherit(s, l);
+	return s;
+}
+
+void sock_conn_spare_prepare(struct ferry_sock *l)
+{
+	struct ferry_sock *s;
+
+	if (l->spare || !l->req_ctx || l->state != SOCK_LISTENING)
+		return;
+	s = sock_new(l->domain, false, true);
+	if (!s)
+		return;
+	sock_conn_inherit(s, l);
+	if (sock_conn_buffers(s, l->req_ctx) < 0) {
+		ferry_debug("sock %d: no spare buffers: %m", l->fd);
+		sock_free(s);
+		return;
+	}
+	l->spare = s;
+}
+
+/* A connection request: a new socket with its resources, accepted at once. */
+static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
+{
+	uint8_t pd[RS_PRIVATE_DATA_LEN];
+	struct ferry_conn_param param;
+	struct ferry_sock *s;
+
+	s = sock_conn_new_accepted(l, ev->id->verbs);
+	if (!s) {
+		ferry_warn("sock: no memory for a connection request: rejecting it");
+		ferry_reject(ev->id, NULL, 0);
+		ferry_destroy_id(ev->id);
+		return;
+	}
 	s->id = ev->id;
 	s->id->context = s;
 	s->chan = l->chan;
