@@ -678,6 +678,139 @@ START_TEST(test_accept_after_listener_resized)
 }
 END_TEST
 
+/* A connect sizes its ring as asked even after a connect of other sizes
+ * left spare buffers behind. */
+START_TEST(test_connect_after_resize)
+{
+	int small = 16 * 1024, big = 256 * 1024, l, c, b, v = 0;
+	socklen_t vl = sizeof(v);
+	uint16_t port;
+	int round;
+
+	l = ts_listen(&port);
+	for (round = 0; round < 2; round++) {
+		int size = round ? big : small;
+
+		c = ferry_socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		ck_assert_int_ge(c, 0);
+		ck_assert_int_eq(ferry_sock_setsockopt(c, SOL_SOCKET, SO_RCVBUF, &size,
+						       sizeof(size)), 0);
+		{
+			struct sockaddr_in sin;
+			int r;
+
+			ts_addr(&sin, port);
+			r = ferry_sock_connect(c, (struct sockaddr *)&sin, sizeof(sin));
+			ck_assert(r == 0 || errno == EINPROGRESS);
+		}
+		ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+		b = ferry_sock_accept(l, NULL, NULL);
+		ck_assert_int_ge(b, 0);
+		ts_connect_finish(c);
+		ck_assert_int_eq(ferry_sock_getsockopt(c, SOL_SOCKET, SO_RCVBUF, &v, &vl), 0);
+		ck_assert_int_eq(v, size);
+		ts_move_checked(b, c, 4 * (size_t)size);
+		ferry_sock_close(c);
+		ferry_sock_close(b);
+	}
+	ferry_sock_close(l);
+}
+END_TEST
+
+static void ts_send_all(int fd, const void *buf, size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = ferry_sock_send(fd, (const char *)buf + done, len - done, 0);
+
+		ck_assert_msg(n > 0, "send: %s", strerror(errno));
+		done += (size_t)n;
+	}
+}
+
+/* Child of test_connect_spare_stays_parents: connect, wait, check 'A's. */
+static void ts_child_expect_a(uint16_t port, int to_child, int from_child)
+{
+	struct sockaddr_in sin;
+	char buf[4096], x;
+	size_t got = 0, i;
+	int c = ferry_socket(AF_INET, SOCK_STREAM, 0);
+
+	ts_addr(&sin, port);
+	if (c < 0 || ferry_sock_connect(c, (struct sockaddr *)&sin, sizeof(sin)) < 0)
+		_exit(2);
+	if (write(from_child, "c", 1) != 1 || read(to_child, &x, 1) != 1)
+		_exit(3);
+	while (got < sizeof(buf)) {
+		ssize_t n = ferry_sock_recv(c, buf + got, sizeof(buf) - got, 0);
+
+		if (n <= 0)
+			_exit(4);
+		got += (size_t)n;
+	}
+	for (i = 0; i < sizeof(buf); i++)
+		if (buf[i] != 'A')
+			_exit(5);
+	_exit(0);
+}
+
+/*
+ * The buffers a connect makes for the next one are this process's: a child
+ * of fork() shares their memory with it and must make its own, or the two
+ * connections would receive into one ring.
+ */
+START_TEST(test_connect_spare_stays_parents)
+{
+	int to_child[2], from_child[2], l, a, b1, b, c3, b3, status;
+	char data[4096], buf[4096], x;
+	uint16_t port;
+	pid_t pid;
+
+	l = ts_listen(&port);
+	a = ts_connect_start(port);	/* leaves spare buffers in this process */
+	ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+	b1 = ferry_sock_accept(l, NULL, NULL);
+	ck_assert_int_ge(b1, 0);
+	ts_connect_finish(a);
+	ck_assert_int_eq(pipe(to_child), 0);
+	ck_assert_int_eq(pipe(from_child), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		ts_child_expect_a(port, to_child[0], from_child[1]);
+
+	b = ferry_sock_accept(l, NULL, NULL);	/* the child's */
+	ck_assert_int_ge(b, 0);
+	ck_assert_int_eq(read(from_child[0], &x, 1), 1);
+	memset(data, 'A', sizeof(data));
+	ts_send_all(b, data, sizeof(data));
+	c3 = ts_connect_start(port);		/* takes this process's spare */
+	ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+	b3 = ferry_sock_accept(l, NULL, NULL);
+	ck_assert_int_ge(b3, 0);
+	ts_connect_finish(c3);
+	memset(data, 'B', sizeof(data));
+	ts_send_all(b3, data, sizeof(data));
+	ts_read_all(c3, buf, sizeof(buf));
+	ck_assert(memcmp(buf, data, sizeof(buf)) == 0);
+	ck_assert_int_eq(write(to_child[1], "g", 1), 1);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ferry_sock_close(c3);
+	ferry_sock_close(b3);
+	ferry_sock_close(b);
+	ferry_sock_close(b1);
+	ferry_sock_close(a);
+	ferry_sock_close(l);
+	close(to_child[0]);
+	close(to_child[1]);
+	close(from_child[0]);
+	close(from_child[1]);
+}
+END_TEST
+
 static void ts_child_keepalive_then_stop(int fd)
 {
 	int on = 1, one = 1;
@@ -1035,6 +1168,8 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_fionread);
 	tcase_add_test(tc, test_rcvbuf_sizes_ring);
 	tcase_add_test(tc, test_accept_after_listener_resized);
+	tcase_add_test(tc, test_connect_after_resize);
+	tcase_add_test(tc, test_connect_spare_stays_parents);
 	tcase_add_test(tc, test_poll_select_mixed);
 	tcase_add_test(tc, test_iomap_places_in_order);
 	tcase_add_test(tc, test_iomap_errors);

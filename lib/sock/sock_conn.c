@@ -11,7 +11,9 @@
  * A listener whose accept finds nothing makes the buffers of its next
  * socket while it waits (a spare: PD, CQ, rings and MRs, fresh and shared
  * with nobody yet), so that a request is answered without them on the
- * client's time; only the QP waits for the request's id.
+ * client's time; only the QP waits for the request's id.  Likewise a
+ * connect, once its request is out, makes buffers for the process's next
+ * connect while the listener works on the answer.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -210,11 +212,83 @@ static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 	return 0;
 }
 
+static bool sock_conn_spare_fits(const struct ferry_sock *l, const struct ferry_sock *sp,
+				 const struct ferry_context *ctx);
+
+/*
+ * The process's spare buffers for its next connect, made while a connect
+ * waits for its answer (sock_conn_connect_spare_make).  Fresh, shared with
+ * nobody.  Made by sock_spare_pid: a child of fork() shares their memfds
+ * with its parent and must leave them alone.
+ */
+static _Atomic(struct ferry_sock *) sock_spare;
+static _Atomic pid_t sock_spare_pid;
+
+static void sock_conn_connect_spare_make(const struct ferry_sock *s)
+{
+	struct ferry_sock *sp, *none = NULL;
+
+	if (atomic_load(&sock_spare))
+		return;
+	sp = sock_new(s->domain, false, true);
+	if (!sp)
+		return;
+	sp->sbuf_size = s->sbuf_size;
+	sp->rbuf_size = s->rbuf_size;
+	sp->sq_size = s->sq_size;
+	sp->rq_size = s->rq_size;
+	sp->target_iomap_size = s->target_iomap_size;
+	if (sock_conn_buffers(sp, s->ctx) < 0) {
+		sock_free(sp);
+		return;
+	}
+	atomic_store(&sock_spare_pid, getpid());
+	if (!atomic_compare_exchange_strong(&sock_spare, &none, sp))
+		sock_free(sp);	/* another thread's came first */
+}
+
+/* Move the process's spare buffers into @s if they fit its device and sizes. */
+static void sock_conn_connect_spare_take(struct ferry_sock *s, struct ferry_context *ctx)
+{
+	struct ferry_sock *sp = atomic_exchange(&sock_spare, NULL);
+
+	if (!sp || atomic_load(&sock_spare_pid) != getpid())
+		return;	/* none, or the parent's (left to it) */
+	if (!sock_conn_spare_fits(s, sp, ctx) || sock_epoll_add(s, sp->cch->fd) < 0) {
+		sock_free(sp);
+		return;
+	}
+	s->ctx = sp->ctx;
+	s->verbs_transport = sp->verbs_transport;
+	s->sbuf_size = sp->sbuf_size;
+	s->rbuf_size = sp->rbuf_size;
+	s->pd = sp->pd;
+	s->cch = sp->cch;
+	s->cq = sp->cq;
+	s->cq->cq_context = s;
+	s->rbuf = sp->rbuf;
+	s->target_sgl = sp->target_sgl;
+	s->target_iomap = sp->target_iomap;
+	s->peer_iomap = sp->peer_iomap;
+	s->rmr = sp->rmr;
+	s->sbuf = sp->sbuf;
+	s->smr = sp->smr;
+	sp->pd = NULL;
+	sp->cch = NULL;
+	sp->cq = NULL;
+	sp->rbuf = sp->sbuf = NULL;
+	sp->peer_iomap = NULL;
+	sp->rmr = sp->smr = NULL;
+	sock_free(sp);	/* the empty shell */
+}
+
 /* Buffers (unless a spare brought them) and the QP, for the id's device. */
 static int sock_conn_resources(struct ferry_sock *s)
 {
 	struct ferry_qp_init_attr attr = { 0 };
 
+	if (!s->pd && s->state == SOCK_CONNECTING)
+		sock_conn_connect_spare_take(s, s->id->verbs);
 	if (sock_conn_buffers(s, s->id->verbs) < 0)
 		return -1;
 	attr.send_cq = s->cq;
@@ -389,8 +463,12 @@ static void sock_conn_active_event(struct ferry_sock *s, struct ferry_cm_event *
 		}
 		sock_conn_data_build(s, pd);
 		sock_conn_param(&param, pd);
-		if (ferry_connect(s->id, &param) < 0)
+		if (ferry_connect(s->id, &param) < 0) {
 			sock_conn_fail(s, errno);
+			break;
+		}
+		/* The answer takes a while: make the next connect's buffers. */
+		sock_conn_connect_spare_make(s);
 		break;
 	case FERRY_CM_EVENT_ESTABLISHED:
 		if (sock_conn_data_take(s, ev->param.conn.private_data,
