@@ -233,6 +233,7 @@ static void sock_conn_connect_spare_make(const struct ferry_sock *s)
 	sp = sock_new(s->domain, false, true);
 	if (!sp)
 		return;
+	sock_stat_detach(sp);	/* a spare is no socket of the application's */
 	sp->sbuf_size = s->sbuf_size;
 	sp->rbuf_size = s->rbuf_size;
 	sp->sq_size = s->sq_size;
@@ -553,6 +554,7 @@ static struct ferry_sock *sock_conn_new_accepted(struct ferry_sock *l,
 	l->spare = NULL;
 	l->req_ctx = ctx;
 	if (s && sock_conn_spare_fits(l, s, ctx)) {
+		sock_stat_attach(s);	/* a socket from now on: ferry-stat lists it */
 		sock_conn_inherit(s, l);
 		s->sbuf_size = pow2_at_least(s->sbuf_size);	/* as its buffers */
 		s->rbuf_size = pow2_at_least(s->rbuf_size);
@@ -575,6 +577,7 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 	s = sock_new(l->domain, false, true);
 	if (!s)
 		return;
+	sock_stat_detach(s);	/* not a socket of the application's yet */
 	sock_conn_inherit(s, l);
 	if (sock_conn_buffers(s, l->req_ctx) < 0) {
 		ferry_debug("sock %d: no spare buffers: %m", l->fd);
