@@ -175,6 +175,7 @@ struct ferry_sock {
 	/* Listener: buffers made ahead for the next request (on req_ctx, the
 	 * device of the last one), while accept had nothing to return. */
 	struct ferry_sock *spare;
+	pid_t spare_pid;		/* the process that made it (fork) */
 	struct ferry_context *req_ctx;
 	struct ferry_sock *next;	/* in a listener's list */
 	int backlog, nready;

@@ -321,10 +321,11 @@ void sock_conn_teardown(struct ferry_sock *s)
 {
 	struct ferry_sock *p;
 
-	if (s->spare) {
+	/* A spare made by the parent before fork() is its: leave it alone
+	 * (its MR table is shared memory, which a dereg here would clear). */
+	if (s->spare && s->spare_pid == getpid())
 		sock_free(s->spare);
-		s->spare = NULL;
-	}
+	s->spare = NULL;
 	/* A listener's accepted sockets nobody took. */
 	while ((p = s->pending) || (p = s->ready)) {
 		if (p == s->pending)
@@ -549,9 +550,9 @@ static bool sock_conn_spare_fits(const struct ferry_sock *l, const struct ferry_
 static struct ferry_sock *sock_conn_new_accepted(struct ferry_sock *l,
 						 struct ferry_context *ctx)
 {
-	struct ferry_sock *s = l->spare;
+	struct ferry_sock *s = l->spare_pid == getpid() ? l->spare : NULL;
 
-	l->spare = NULL;
+	l->spare = NULL;	/* used, dropped, or the parent's (left alone) */
 	l->req_ctx = ctx;
 	if (s && sock_conn_spare_fits(l, s, ctx)) {
 		sock_stat_attach(s);	/* a socket from now on: ferry-stat lists it */
@@ -572,6 +573,8 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 {
 	struct ferry_sock *s;
 
+	if (l->spare && l->spare_pid != getpid())
+		l->spare = NULL;	/* the parent's, from before fork(): left alone */
 	if (l->spare || !l->req_ctx || l->state != SOCK_LISTENING)
 		return;
 	s = sock_new(l->domain, false, true);
@@ -585,6 +588,7 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 		return;
 	}
 	l->spare = s;
+	l->spare_pid = getpid();
 }
 
 /* A connection request: a new socket with its resources, accepted at once. */
