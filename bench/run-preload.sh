@@ -48,8 +48,18 @@ prog=run-preload.sh
 . "$srcdir/tests/preload/lib.sh"
 need iperf3 redis-server redis-benchmark python3
 py=$(python3_bin)
-# The shim's info lines would only slow the ferry runs down.
-export FERRY_LOG=${FERRY_LOG:-warn}
+# info: the shim says when a connection falls back to TCP (once per
+# connection, nothing per call), and such a run is left out.
+ferry_log=info
+
+# fell_back MODE WHAT FILE: true (and says so) when a connection of a ferry
+# run went over TCP after all.
+fell_back() {
+	[ "$1" = ferry ] || return 1
+	grep -Eq "connect to 127\.0\.0\.1:$port: .*: TCP\$" "$3" || return 1
+	echo "run-preload.sh: $2 fell back to TCP, left out:" \
+		"$(grep -Em 1 "connect to 127\.0\.0\.1:$port: .*: TCP\$" "$3")" >&2
+}
 
 # iperf3_gbps MODE: one iperf3 run; prints the receiver's Gbit/s.
 iperf3_gbps() {
@@ -63,6 +73,7 @@ iperf3_gbps() {
 			"$(head -c 300 "$tmp/iperf3.json") $(cat "$tmp/iperf3.err")" >&2
 		return 1
 	fi
+	fell_back "$mode" iperf3 "$tmp/iperf3.err" && return 1
 	"$py" -c 'import json, sys
 print("%.2f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 1e9))' \
 		"$tmp/iperf3.json"
@@ -86,6 +97,7 @@ redis_rps() {
 			"$(tr '\r' '\n' <"$tmp/bench.out" | tail -n 3) $(cat "$tmp/bench.err")" >&2
 		return 1
 	fi
+	fell_back "$mode" redis-benchmark "$tmp/bench.err" && return 1
 	echo "$set $get"
 }
 
@@ -115,6 +127,7 @@ ferry_prefix
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) ferry $rev on $(uname -n), $(nproc) cpus," \
 	"load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# ferry: both ends under: ${wrap[*]}; median of $repeat"
+echo "# tcp: both ends plain; iperf3: the receiver's rate; redis-benchmark -q -t get,set (50 clients)"
 printf '%-40s %12s %12s %10s\n' test tcp ferry ferry/tcp
 row() {
 	local key=$1 label=$2 tcp ferry ratio
@@ -127,3 +140,8 @@ row() {
 row iperf3 "iperf3 -t $seconds, 1 stream (Gbit/s)"
 row set "redis-benchmark -n $requests SET (req/s)"
 row get "redis-benchmark -n $requests GET (req/s)"
+if [ "$repeat" -gt 1 ]; then
+	echo "# every measurement:"
+	awk '{ v[$1 " " $2] = v[$1 " " $2] " " $3 } END { for (k in v) print "#   " k ":" v[k] }' \
+		"$tmp/results" | sort
+fi

@@ -47,13 +47,17 @@ need ss timeout
 # it is built (told to load this build's shim, not an installed one),
 # LD_PRELOAD by hand otherwise.  FERRY_LOG=debug makes the shim say, for
 # each connect() and listen(), whether ferry took it (once per connection,
-# not per call); its lines go to the program's stderr.
+# not per call); its lines go to the program's stderr.  The level is
+# $ferry_log, whatever FERRY_LOG the caller has: the checks read the log.
+# Neither the caller's switches nor a system ferry.conf may keep ferry off.
+ferry_log=debug
 ferry_prefix() {
+	local hermetic=(env -u FERRY_PRELOAD -u FERRY_EXCLUDE_PORTS -u FERRY_EXCLUDE_PROGRAMS
+			FERRY_CONF= "FERRY_LOG=$ferry_log")
 	if [ -x "$builddir/tools/ferry-run" ]; then
-		wrap=(env "FERRY_LOG=${FERRY_LOG:-debug}" "FERRY_PRELOAD_LIB=$preload_so"
-		      "$builddir/tools/ferry-run")
+		wrap=("${hermetic[@]}" "FERRY_PRELOAD_LIB=$preload_so" "$builddir/tools/ferry-run")
 	else
-		wrap=(env "FERRY_LOG=${FERRY_LOG:-debug}" "LD_PRELOAD=$preload_so")
+		wrap=("${hermetic[@]}" "LD_PRELOAD=$preload_so")
 	fi
 }
 
@@ -206,6 +210,7 @@ python3_bin() {
 # What the shim logs (preload/sockets.c) about the port of a run:
 #   debug: connect to 127.0.0.1:PORT: ferry                  over ferry
 #   info:  connect to 127.0.0.1:PORT: not ferry (why): TCP   fell back
+#          (or "excluded by the configuration: TCP", ...)
 #   debug: listen on 127.0.0.1:PORT: TCP and ferry           both served
 # ferry-stat, when it lands, could be asked too.
 
@@ -217,11 +222,11 @@ client_transport() {
 	shift 2
 	case $mode in ferry|cli) ;; *) return 0 ;; esac
 	via_ferry=$(cat "$@" | grep -Ec "^ferry\[[0-9]+\]: debug: connect to 127\.0\.0\.1:$port: ferry\$")
-	via_tcp=$(cat "$@" | grep -Ec "^ferry\[[0-9]+\]: info: connect to 127\.0\.0\.1:$port: not ferry")
+	via_tcp=$(cat "$@" | grep -Ec "^ferry\[[0-9]+\]: info: connect to 127\.0\.0\.1:$port: .*: TCP\$")
 	if [ "$mode" = ferry ]; then
 		[ "$via_ferry" -gt 0 ] && [ "$via_tcp" = 0 ] ||
 			fail "$what: $via_ferry connections over ferry and $via_tcp over TCP, not all over ferry:" \
-				"$(cat "$@" | grep -E "connect to 127\.0\.0\.1:$port: not ferry" | head -n 3)"
+				"$(cat "$@" | grep -E "connect to 127\.0\.0\.1:$port: .*: TCP\$" | head -n 3)"
 	else
 		[ "$via_tcp" -gt 0 ] && [ "$via_ferry" = 0 ] ||
 			fail "$what: $via_ferry connections over ferry and $via_tcp over TCP, not all over TCP"
