@@ -25,6 +25,7 @@
 #include <ferry/socket.h>
 
 #include "check_suites.h"
+#include "cmtest.h"
 
 #define TS_TIMEOUT_MS 5000
 
@@ -811,6 +812,36 @@ START_TEST(test_connect_spare_stays_parents)
 }
 END_TEST
 
+/*
+ * Closing a connected socket leaves its resources to the next connect or
+ * accept (sock_conn_bury): over many connections the process must still
+ * hold as many descriptors as after the first few.
+ */
+START_TEST(test_close_loop_no_fd_growth)
+{
+	int l, c, b, i, fds_warm = 0;
+	uint16_t port;
+	char x = 'x';
+
+	l = ts_listen(&port);
+	for (i = 0; i < 105; i++) {
+		if (i == 5)
+			fds_warm = cmt_count_fds();
+		c = ts_connect_start(port);
+		ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+		b = ferry_sock_accept(l, NULL, NULL);
+		ck_assert_int_ge(b, 0);
+		ts_connect_finish(c);
+		ck_assert_int_eq(ferry_sock_send(c, &x, 1, 0), 1);
+		ts_read_all(b, &x, 1);
+		ck_assert_int_eq(ferry_sock_close(c), 0);
+		ck_assert_int_eq(ferry_sock_close(b), 0);
+	}
+	ck_assert_int_eq(cmt_count_fds(), fds_warm);
+	ferry_sock_close(l);
+}
+END_TEST
+
 static void ts_child_keepalive_then_stop(int fd)
 {
 	int on = 1, one = 1;
@@ -1170,6 +1201,7 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_accept_after_listener_resized);
 	tcase_add_test(tc, test_connect_after_resize);
 	tcase_add_test(tc, test_connect_spare_stays_parents);
+	tcase_add_test(tc, test_close_loop_no_fd_growth);
 	tcase_add_test(tc, test_poll_select_mixed);
 	tcase_add_test(tc, test_iomap_places_in_order);
 	tcase_add_test(tc, test_iomap_errors);
