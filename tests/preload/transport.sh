@@ -10,7 +10,11 @@
 #     and back first): the kernel TCP connections on the port (ss) are none
 #     when both ends are under the preload (ferry carries it), two (one per
 #     end) in every other run: plain TCP, and mixed, where the preloaded
-#     end must fall back to TCP.
+#     end must fall back to TCP;
+#   - at the same moment, ferry-stat lists two established shm connections
+#     on the port, one per end, each having sent and received the line,
+#     when both ends are under the preload, and none otherwise (for the
+#     socat server; a connection a forked child holds is stat-fork.sh's).
 # Servers: fork-echo (the connection lives in a forked child) and socat
 # echoing through a PIPE.  Then the FIFO is closed and both ends must end
 # cleanly, the line echoed once.
@@ -38,9 +42,19 @@ rendezvous() {
 		/proc/net/unix
 }
 
+# ferry_conns PORT: "rows sent received" for every established shm
+# connection ferry-stat lists on PORT, one a line.
+ferry_conns() {
+	"$builddir/tools/ferry-stat" -n -H |
+		awk -v p=":$1" '$1 == "ESTAB" && $2 == "shm" &&
+			(substr($3, length($3) - length(p) + 1) == p ||
+			 substr($4, length($4) - length(p) + 1) == p) { print $5, $6 }'
+}
+
 # probe MODE NAME SERVER-COMMAND...: one held connection and its checks.
 probe() {
-	local mode=$1 name=$2 what i conns want_conns want_rv rv failed_before=$failed
+	local mode=$1 name=$2 what i conns want_conns want_rv rv listed want_listed
+	local failed_before=$failed
 	shift 2
 	what="$name ($(describe "$mode"))"
 	case $mode in
@@ -73,6 +87,17 @@ probe() {
 		[ "$conns" = "$want_conns" ] ||
 			fail "$what: $conns kernel TCP connections on port $port, not $want_conns:" \
 				"$(ss -Htnp state established "( sport = :$port or dport = :$port )")"
+		if [ -x "$builddir/tools/ferry-stat" ] && [ "$name" != fork-echo ]; then
+			listed=$(ferry_conns "$port")
+			if [ "$mode" = ferry ]; then
+				want_listed=$(printf '22 22\n22 22')
+			else
+				want_listed=""
+			fi
+			[ "$listed" = "$want_listed" ] ||
+				fail "$what: ferry-stat lists '$listed' (sent, received) on port $port," \
+					"not '$want_listed': $("$builddir/tools/ferry-stat" -n)"
+		fi
 	fi
 	exec 4>&-
 	reap "$client_pid" 30
