@@ -27,6 +27,13 @@ static inline int fp_ferry(int fd)
 	return e && e->kind == FP_FERRY ? e->sfd : -1;
 }
 
+/*
+ * Flags a TCP socket takes without effect on a stream ferry carries, which
+ * programs pass anyway: dropped here rather than refused by lib/sock.
+ */
+#define FP_SEND_IGNORED (MSG_CONFIRM)
+#define FP_RECV_IGNORED (MSG_CMSG_CLOEXEC | MSG_NOSIGNAL)
+
 #define FP_CALL(expr) ({ __typeof__(expr) r_; FP_ENTER(); r_ = (expr); FP_LEAVE(); r_; })
 
 FP_EXPORT ssize_t read(int fd, void *buf, size_t n)
@@ -78,7 +85,7 @@ FP_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 	fp_real_init();
 	if (s < 0)
 		return fp_real.recv(fd, buf, n, flags);
-	return FP_CALL(ferry_sock_recv(s, buf, n, flags));
+	return FP_CALL(ferry_sock_recv(s, buf, n, flags & ~FP_RECV_IGNORED));
 }
 
 FP_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr,
@@ -89,7 +96,7 @@ FP_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockad
 	fp_real_init();
 	if (s < 0)
 		return fp_real.recvfrom(fd, buf, n, flags, addr, len);
-	return FP_CALL(ferry_sock_recvfrom(s, buf, n, flags, addr, len));
+	return FP_CALL(ferry_sock_recvfrom(s, buf, n, flags & ~FP_RECV_IGNORED, addr, len));
 }
 
 FP_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
@@ -99,7 +106,7 @@ FP_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	fp_real_init();
 	if (s < 0)
 		return fp_real.recvmsg(fd, msg, flags);
-	return FP_CALL(ferry_sock_recvmsg(s, msg, flags));
+	return FP_CALL(ferry_sock_recvmsg(s, msg, flags & ~FP_RECV_IGNORED));
 }
 
 FP_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
@@ -109,7 +116,7 @@ FP_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 	fp_real_init();
 	if (s < 0)
 		return fp_real.send(fd, buf, n, flags);
-	return FP_CALL(ferry_sock_send(s, buf, n, flags));
+	return FP_CALL(ferry_sock_send(s, buf, n, flags & ~FP_SEND_IGNORED));
 }
 
 FP_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
@@ -120,7 +127,9 @@ FP_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 	fp_real_init();
 	if (s < 0)
 		return fp_real.sendto(fd, buf, n, flags, addr, len);
-	return FP_CALL(ferry_sock_sendto(s, buf, n, flags, addr, len));
+	(void)addr;	/* Linux's TCP ignores the address on a connected socket */
+	(void)len;
+	return FP_CALL(ferry_sock_send(s, buf, n, flags & ~FP_SEND_IGNORED));
 }
 
 FP_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
@@ -130,7 +139,15 @@ FP_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	fp_real_init();
 	if (s < 0)
 		return fp_real.sendmsg(fd, msg, flags);
-	return FP_CALL(ferry_sock_sendmsg(s, msg, flags));
+	if (msg && msg->msg_name) {
+		/* As Linux's TCP: the address of a connected socket is ignored. */
+		struct msghdr m = *msg;
+
+		m.msg_name = NULL;
+		m.msg_namelen = 0;
+		return FP_CALL(ferry_sock_sendmsg(s, &m, flags & ~FP_SEND_IGNORED));
+	}
+	return FP_CALL(ferry_sock_sendmsg(s, msg, flags & ~FP_SEND_IGNORED));
 }
 
 /*
