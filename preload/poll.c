@@ -117,36 +117,47 @@ struct fp_pollset {
 	bool *led;			/* per fds[i]: leads its socket's sleep */
 };
 
-/* One look at everything; returns how many entries have events. */
-static int fp_poll_scan(struct fp_pollset *ps)
+/*
+ * One look; returns how many entries have events.  The kernel's side (its
+ * fds, and the kernel half of listeners) costs a system call: with
+ * @kernel_too false, only ferry's side is looked at (spinning).
+ */
+static int fp_poll_scan(struct fp_pollset *ps, bool kernel_too)
 {
-	int ready = 0, n = 0;
+	int ready = 0, n = 0, j = 0;
 	nfds_t i;
 
 	for (i = 0; i < ps->nfds; i++) {
 		struct pollfd *p = &ps->fds[i];
+		struct fp_fd *e = ps->ent[i];
 
 		p->revents = 0;
-		if (ps->ent[i]) {
-			p->revents = fp_revents(p->fd, ps->ent[i], p->events) &
+		if (e && e->kind == FP_FERRY) {
+			p->revents = fp_revents(p->fd, e, p->events) &
 				     (p->events | POLLERR | POLLHUP | POLLNVAL);
-			ready += p->revents != 0;
-		} else if (p->fd >= 0) {
+		} else if (e && e->kind == FP_LISTEN && (p->events & POLLIN)) {
+			FP_ENTER();
+			if (fp_acceptor_ready(e))
+				p->revents = POLLIN;
+			FP_LEAVE();
+		}
+		if (!(e && e->kind == FP_FERRY) && p->fd >= 0 && kernel_too) {
 			ps->k[n].fd = p->fd;
 			ps->k[n].events = p->events;
 			ps->k[n++].revents = 0;
 		}
 	}
 	if (n && fp_real.poll(ps->k, (nfds_t)n, 0) > 0) {
-		int j = 0;
-
 		for (i = 0; i < ps->nfds; i++) {
-			if (ps->ent[i] || ps->fds[i].fd < 0)
+			struct fp_fd *e = ps->ent[i];
+
+			if ((e && e->kind == FP_FERRY) || ps->fds[i].fd < 0)
 				continue;
-			ps->fds[i].revents = ps->k[j++].revents;
-			ready += ps->fds[i].revents != 0;
+			ps->fds[i].revents |= ps->k[j++].revents;
 		}
 	}
+	for (i = 0; i < ps->nfds; i++)
+		ready += ps->fds[i].revents != 0;
 	return ready;
 }
 
@@ -175,7 +186,7 @@ static int fp_poll_sleep(struct fp_pollset *ps, uint64_t deadline, const sigset_
 		}
 	}
 	/* Armed: a change from now on raises a wake fd; one before shows here. */
-	if (!fp_poll_scan(ps)) {
+	if (!fp_poll_scan(ps, true)) {
 		if (deadline) {
 			uint64_t now = fp_now_ns(), left = deadline > now ? deadline - now : 0;
 
@@ -198,6 +209,7 @@ int fp_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t 
 	bool s_led[FP_POLL_STACK];
 	struct fp_pollset ps = { fds, nfds, s_ent, s_k, s_w, s_led };
 	uint64_t start = fp_now_ns(), deadline, spin_end;
+	unsigned int turn;
 	int ready = -1, err;
 	nfds_t i;
 
@@ -218,8 +230,9 @@ int fp_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t 
 	}
 	deadline = timeout_ns < 0 ? 0 : start + (uint64_t)timeout_ns;
 	spin_end = start + (uint64_t)sock_poll_us() * 1000u;
-	for (;;) {
-		ready = fp_poll_scan(&ps);
+	for (turn = 0;; turn++) {
+		/* Spinning, the kernel's fds are asked every 16th turn only. */
+		ready = fp_poll_scan(&ps, !(turn & 15));
 		if (ready || timeout_ns == 0)
 			break;
 		if (fp_now_ns() < spin_end && (!deadline || fp_now_ns() < deadline))
