@@ -321,7 +321,8 @@ static int fp_ep_arm_all(struct fp_ep *ep)
  * Look at the items (every one if @all, else those that may have changed)
  * and fill @out with those to report; ep->lock held.
  */
-static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, bool all)
+static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, bool all,
+			 bool kernel_too)
 {
 	struct fp_ep_item *it;
 	short rev;
@@ -332,7 +333,7 @@ static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, boo
 
 		if (it->disabled || (!all && !it->pending && !it->ready))
 			continue;
-		rev = fp_revents(it->fd, it->e, (short)(it->events & 0xffff));
+		rev = fp_revents_ex(it->fd, it->e, (short)(it->events & 0xffff), kernel_too);
 		rev &= (short)(it->events | EPOLLERR | EPOLLHUP);
 		if (!rev) {
 			it->pending = it->ready = it->et_seen = false;
@@ -411,21 +412,22 @@ static int fp_epoll_wait(int epfd, struct epoll_event *events, int max, int64_t 
 		spinning = ep->nitems <= FP_EP_SPIN_ITEMS && fp_now_ns() < spin_end;
 		armed = false;
 		pthread_mutex_lock(&ep->lock);
-		n = fp_ep_collect(ep, events, max, spinning);
+		n = fp_ep_collect(ep, events, max, spinning, !spinning || !(turn & 7));
 		if (!n && !spinning && timeout_ns != 0 && fp_ep_arm_all(ep)) {
-			n = fp_ep_collect(ep, events, max, false);
+			n = fp_ep_collect(ep, events, max, false, true);
 			armed = true;
 		}
 		pthread_mutex_unlock(&ep->lock);
 		/* The kernel's fds: every turn unless known to be none, and
 		 * while spinning only every eighth. */
 		if (n < max && (!ep->kernel_known || atomic_load((atomic_int *)&ep->nkernel) > 0) &&
-		    (!spinning || !(turn++ & 7))) {
+		    (!spinning || !(turn & 7))) {
 			k = fp_real.epoll_wait(epfd, events + n, max - n, 0);
 			if (k < 0 && !n)
 				return -1;
 			n += k > 0 ? k : 0;
 		}
+		turn++;
 		if (n || timeout_ns == 0)
 			return n;
 		if (spinning || armed)

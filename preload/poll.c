@@ -41,6 +41,11 @@ static short fp_kernel_revents(int fd, short events)
 
 short fp_revents(int fd, struct fp_fd *e, short events)
 {
+	return fp_revents_ex(fd, e, events, true);
+}
+
+short fp_revents_ex(int fd, struct fp_fd *e, short events, bool kernel_too)
+{
 	struct ferry_sock *s;
 	short rev = 0;
 
@@ -51,7 +56,7 @@ short fp_revents(int fd, struct fp_fd *e, short events)
 		rev = s ? sock_revents(s, events) : POLLNVAL;
 		break;
 	case FP_LISTEN:
-		rev = fp_kernel_revents(fd, events);
+		rev = kernel_too ? fp_kernel_revents(fd, events) : 0;
 		if ((events & POLLIN) && fp_acceptor_ready(e))
 			rev |= POLLIN;
 		break;

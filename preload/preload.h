@@ -181,6 +181,9 @@ bool fp_allow(const struct sockaddr *addr, socklen_t len);
 
 /* What of @events (POLLIN, POLLOUT, ...) a managed fd has now. */
 short fp_revents(int fd, struct fp_fd *e, short events);
+/* The same; with @kernel_too false, without the system call a listener's
+ * kernel half costs (for spinning). */
+short fp_revents_ex(int fd, struct fp_fd *e, short events, bool kernel_too);
 /*
  * Prepare to sleep on managed @fd: arm what raises its wake fds and fill
  * @wfd (up to 2) with the kernel fds to sleep on; returns their count.
