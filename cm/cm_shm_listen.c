@@ -3,9 +3,10 @@
  * rendezvous name, taking connections, turning a valid CONNECT_REQ into a
  * new id and a CONNECT_REQUEST event, and accepting or rejecting it.
  *
- * A connection that sends anything but one well-formed CONNECT_REQ within
- * SHM_CM_REQUEST_TIMEOUT_MS is dropped with a log line at info; the
- * listener carries on.
+ * A connection whose first record is not a well-formed CONNECT_REQ, sent
+ * within SHM_CM_REQUEST_TIMEOUT_MS, is dropped with a log line at info;
+ * the listener carries on.  What follows the request (the client's QP
+ * HELLO) is not ours to read: ferry_accept's QP exchange checks it.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
