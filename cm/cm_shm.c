@@ -336,7 +336,7 @@ static int shm_cm_unloop(struct cm_id_priv *id)
 {
 	struct shm_cm_id *st = shm_cm_state(id);
 
-	if (st && (st->accept_ev || st->pending))
+	if (st && st->accept_ev)	/* set at listen, before the loop saw it */
 		return ERR(EBUSY);
 	if (st)
 		event_del(st->sock_ev);	/* armed says whether to give it back */
