@@ -110,7 +110,7 @@ median() {
 }
 
 : >"$tmp/results"
-for i in $(seq "$repeat"); do
+for _ in $(seq "$repeat"); do
 	for mode in tcp ferry; do
 		if r=$(iperf3_gbps "$mode"); then
 			echo "iperf3 $mode $r" >>"$tmp/results"

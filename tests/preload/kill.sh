@@ -63,7 +63,8 @@ murder() {
 }
 
 kill_server() {
-	local mode=$1 what="server killed under socat ($(describe "$mode"))"
+	local mode=$1 what
+	what="server killed under socat ($(describe "$mode"))"
 	serve "zero-$mode" "$mode" socat -u /dev/zero \
 		"TCP-LISTEN:@PORT@,bind=127.0.0.1,reuseaddr" || return
 	start_reader "$mode" zero socat -u "TCP:127.0.0.1:$port" - || return
@@ -78,7 +79,8 @@ kill_server() {
 }
 
 kill_client() {
-	local mode=$1 what="client killed under socat ($(describe "$mode"))"
+	local mode=$1 what
+	what="client killed under socat ($(describe "$mode"))"
 	serve "zero-$mode" "$mode" socat -u /dev/zero \
 		"TCP-LISTEN:@PORT@,bind=127.0.0.1,reuseaddr" || return
 	start_reader "$mode" zero socat -u "TCP:127.0.0.1:$port" - || return
@@ -94,7 +96,8 @@ kill_client() {
 }
 
 kill_http() {
-	local mode=$1 what="http.server killed under curl ($(describe "$mode"))"
+	local mode=$1 what
+	what="http.server killed under curl ($(describe "$mode"))"
 	serve "http-$mode" "$mode" "$py" -u -m http.server --bind 127.0.0.1 \
 		--directory "$tmp/www" @PORT@ || return
 	start_reader "$mode" curl curl -sS --noproxy '*' "http://127.0.0.1:$port/blob" ||

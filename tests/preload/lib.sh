@@ -9,6 +9,7 @@
 #   cli    only the client (mixed: the server is plain, so TCP)
 # shellcheck shell=bash disable=SC2034,SC2317
 
+: "${prog:?tests/preload/lib.sh: set prog before sourcing it}"
 builddir=$PWD
 # The modes every script runs, in order; FERRY_TEST_MODES="ferry" (say)
 # narrows a run down while chasing a failure.

@@ -8,7 +8,7 @@
 # process; in the other modes (TCP, mixed) none.  Then the FIFO is closed
 # and both ends must end cleanly.
 set -u
-prog=stat-fork.sh
+prog="stat-fork.sh"
 # shellcheck source=tests/preload/lib.sh
 . "$(dirname "$0")/lib.sh"
 need socat
@@ -32,7 +32,7 @@ listed() {
 }
 
 probe() {
-	local mode=$1 what got want i failed_before=$failed
+	local mode=$1 what got want failed_before=$failed
 	what="fork-echo ($(describe "$mode"))"
 	serve "fork-$mode" "$mode" "$fork_echo" @PORT@ 1 || return
 	rm -f "$tmp/fifo" "$tmp/echoed"
@@ -44,7 +44,7 @@ probe() {
 	pids+=("$client_pid")
 	exec 4>"$tmp/fifo"
 	echo "$line" >&4
-	for i in $(seq 400); do
+	for _ in $(seq 400); do
 		grep -qx "$line" "$tmp/echoed" && break
 		kill -0 "$client_pid" 2>/dev/null || break
 		sleep 0.05

@@ -53,7 +53,7 @@ ferry_conns() {
 
 # probe MODE NAME SERVER-COMMAND...: one held connection and its checks.
 probe() {
-	local mode=$1 name=$2 what i conns want_conns want_rv rv listed want_listed
+	local mode=$1 name=$2 what conns want_conns want_rv rv listed want_listed
 	local failed_before=$failed
 	shift 2
 	what="$name ($(describe "$mode"))"
@@ -75,7 +75,7 @@ probe() {
 	pids+=("$client_pid")
 	exec 4>"$tmp/fifo"
 	echo "ferry transport probe" >&4
-	for i in $(seq 400); do
+	for _ in $(seq 400); do
 		grep -q '^ferry transport probe$' "$tmp/echoed" && break
 		kill -0 "$client_pid" 2>/dev/null || break
 		sleep 0.05
