@@ -42,7 +42,8 @@ struct sock_chan *sock_chan_new(void)
 		free(c);
 		return NULL;
 	}
-	fcntl(c->ch->fd, F_SETFL, fcntl(c->ch->fd, F_GETFL) | O_NONBLOCK);
+	/* Blocking is fine: events are taken with ferry_cm_event_poll, which
+	 * never waits, and the fd is only polled for readiness. */
 	atomic_init(&c->refs, 1);
 	return c;
 }
