@@ -50,7 +50,7 @@ struct cm_channel *cm_channel_new(void)
 	chan = calloc(1, sizeof(*chan));
 	if (!chan)
 		return NULL;
-	chan->ch.fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
+	chan->ch.fd = ferry_fd_park(eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC));
 	if (chan->ch.fd < 0) {
 		ferry_warn("cm: creating an event channel: %m");
 		free(chan);

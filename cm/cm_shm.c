@@ -147,7 +147,7 @@ void shm_cm_name(const struct sockaddr *sa, struct sockaddr_un *un, socklen_t *l
 
 int shm_cm_socket(void)
 {
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = ferry_fd_park(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 
 	if (fd < 0)
 		ferry_warn("cm: AF_UNIX socket: %m");

@@ -138,7 +138,7 @@ static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg)
 	int i, sock;
 
 	for (i = 0; i < SHM_CM_ACCEPT_BATCH; i++) {
-		sock = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		sock = ferry_fd_park(accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
 		if (sock < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 				ferry_warn("cm: accepting a connection: %m");

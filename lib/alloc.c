@@ -39,6 +39,26 @@ unsigned long ferry_fd_inode(int fd)
 	return fstat(fd, &st) == 0 ? (unsigned long)st.st_ino : 0;
 }
 
+int ferry_fd_park_base;
+
+int ferry_fd_park_min(void)
+{
+	return ferry_fd_park_base > 0 ? ferry_fd_park_base : 0;
+}
+
+int ferry_fd_park(int fd)
+{
+	int high;
+
+	if (fd < 0 || ferry_fd_park_base <= 0 || fd >= ferry_fd_park_base)
+		return fd;
+	high = fcntl(fd, F_DUPFD_CLOEXEC, ferry_fd_park_base);
+	if (high < 0)
+		return fd;	/* no room up there: stay */
+	close(fd);
+	return high;
+}
+
 int ferry_memfd_create(const char *name, size_t size)
 {
 	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -56,7 +76,7 @@ int ferry_memfd_create(const char *name, size_t size)
 		errno = e;
 		return -1;
 	}
-	return fd;
+	return ferry_fd_park(fd);
 }
 
 void *ferry_alloc(size_t size)
@@ -176,7 +196,7 @@ int ferry_block_dup_fd(uint64_t id)
 	pthread_mutex_lock(&blocks_lock);
 	for (i = 0; i < nblocks; i++) {
 		if (blocks[i].id == id) {
-			fd = fcntl(blocks[i].fd, F_DUPFD_CLOEXEC, 0);
+			fd = fcntl(blocks[i].fd, F_DUPFD_CLOEXEC, ferry_fd_park_min());
 			break;
 		}
 	}

@@ -197,6 +197,18 @@ void ferry_cm_detach(struct ferry_cm_id *id);
  */
 void ferry_fork_child(void);
 
+/*
+ * ferry_fd_park - move @fd, one ferry keeps for itself, up to
+ * ferry_fd_park_base or above (close-on-exec), when that is set; returns
+ * the fd to use (@fd itself when unset, negative or no room).  The preload
+ * shim sets the base, so that the descriptors behind each connection do
+ * not take the low numbers a program expects its own files to get (and
+ * select(2) can reach).  ferry_fd_park_min: the floor for F_DUPFD.
+ */
+extern int ferry_fd_park_base;
+int ferry_fd_park(int fd);
+int ferry_fd_park_min(void);
+
 /* --- cm/cm_event.c: for the socket layer --- */
 
 struct ferry_event_channel;

@@ -9,7 +9,10 @@
 #include "config.h"
 #endif
 
+#include <sys/resource.h>
+
 #include "conf.h"
+#include "ferry-internal.h"
 #include "preload.h"
 
 static atomic_int fp_on = -1;
@@ -30,9 +33,25 @@ bool fp_allow(const struct sockaddr *addr, socklen_t len)
 	return fp_config_allow(addr, len);
 }
 
+/*
+ * The floor of ferry's own descriptors: half the soft limit, so that the
+ * program's numbers stay where the kernel would put them without ferry
+ * (lowest free) while it holds fewer than that.
+ */
+static void fp_park_fds(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 128 &&
+	    rl.rlim_cur != RLIM_INFINITY)
+		ferry_fd_park_base = (int)(rl.rlim_cur > 2 * 1024 * 1024 ? 1024 * 1024 :
+					   rl.rlim_cur / 2);
+}
+
 __attribute__((constructor)) static void fp_init(void)
 {
 	fp_real_init();
+	fp_park_fds();
 	fp_config_load();
 	fp_enabled();
 }

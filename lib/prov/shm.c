@@ -328,7 +328,7 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 		return NULL;
 	smr->block_fd = -1;
 	if (ferry_block_find(addr, len, &blk)) {
-		smr->block_fd = fcntl(blk.fd, F_DUPFD_CLOEXEC, 0);
+		smr->block_fd = fcntl(blk.fd, F_DUPFD_CLOEXEC, ferry_fd_park_min());
 		if (smr->block_fd < 0)
 			goto err_free;
 		smr->block_id = blk.id;
@@ -409,7 +409,7 @@ static struct ferry_comp_channel *shm_create_comp_channel(struct ferry_context *
 
 	if (!sch)
 		return NULL;
-	sch->ch.fd = epoll_create1(EPOLL_CLOEXEC);
+	sch->ch.fd = ferry_fd_park(epoll_create1(EPOLL_CLOEXEC));
 	if (sch->ch.fd < 0) {
 		free(sch);
 		return NULL;
@@ -473,7 +473,7 @@ static struct ferry_cq *shm_create_cq(struct ferry_context *ctx, int cqe,
 	scq = calloc(1, sizeof(*scq));
 	if (!scq)
 		return NULL;
-	scq->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	scq->efd = ferry_fd_park(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (scq->efd < 0)
 		goto err_free;
 	scq->notify = shm_memfd_map_owned("ferry-cq-notify", sizeof(*scq->notify),

@@ -134,7 +134,11 @@ static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
 			int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
 
 			for (i = 0; i < k && ngot < SHM_MSG_MAX_FDS; i++)
-				memcpy(&got[ngot++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			{
+				memcpy(&got[ngot], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+				got[ngot] = ferry_fd_park(got[ngot]);
+				ngot++;
+			}
 		} else if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS &&
 			   pid_p) {
 			struct ucred cred;
@@ -411,7 +415,7 @@ int shm_qp_exchange_begin(struct ferry_qp *fqp, int sock)
 	if (!conn)
 		return -1;
 	conn->peer_cq_efd = conn->peer_kick_efd = -1;
-	conn->sock = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+	conn->sock = fcntl(sock, F_DUPFD_CLOEXEC, ferry_fd_park_min());
 	if (conn->sock < 0)
 		goto err_free;
 

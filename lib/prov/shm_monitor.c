@@ -102,8 +102,8 @@ static int shm_monitor_start_locked(void)
 	/* After fork the child has the parent's fds but no thread: begin anew,
 	 * watching the QPs it inherited (their connections may live on here).
 	 * The parent's kick eventfd stays open: its peers may hold it. */
-	mon.epfd = epoll_create1(EPOLL_CLOEXEC);
-	mon.kick_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	mon.epfd = ferry_fd_park(epoll_create1(EPOLL_CLOEXEC));
+	mon.kick_efd = ferry_fd_park(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (mon.epfd < 0 || mon.kick_efd < 0 ||
 	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, mon.kick_efd, &ev) < 0) {
 		ferry_err("starting the shm monitor: %m");
