@@ -247,6 +247,12 @@ void ferry_fork_child(void)
 			core_providers[i]->fork_child();
 }
 
+void ferry_cq_disarm(struct ferry_cq *cq)
+{
+	if (cq && cq->context->provider->disarm_cq)
+		cq->context->provider->disarm_cq(cq);
+}
+
 void ferry_cq_detach(struct ferry_cq *cq)
 {
 	if (cq && cq->context->provider->detach_cq)
@@ -378,6 +384,22 @@ int ferry_get_cq_event(struct ferry_comp_channel *channel,
 	if (!channel || !cq_p || !cq_context_p)
 		return ERR(EINVAL);
 	if (channel->context->provider->get_cq_event(channel, &cq))
+		return -1;
+	*cq_p = cq;
+	*cq_context_p = cq->cq_context;
+	return 0;
+}
+
+int ferry_cq_event_poll(struct ferry_comp_channel *channel, struct ferry_cq **cq_p,
+			void **cq_context_p)
+{
+	const struct ferry_provider *prov;
+	struct ferry_cq *cq;
+
+	if (!channel || !cq_p || !cq_context_p)
+		return ERR(EINVAL);
+	prov = channel->context->provider;
+	if ((prov->poll_cq_event ? prov->poll_cq_event : prov->get_cq_event)(channel, &cq))
 		return -1;
 	*cq_p = cq;
 	*cq_context_p = cq->cq_context;

@@ -64,6 +64,8 @@ struct ferry_provider {
 	 * other processes share (see ferry_pd_detach). */
 	void (*detach_pd)(struct ferry_pd *pd);
 	void (*detach_cq)(struct ferry_cq *cq);
+	/* Optional: undo a ferry_req_notify_cq that has not fired yet. */
+	void (*disarm_cq)(struct ferry_cq *cq);
 	/* Optional: in a child of fork, take up what the parent's threads did. */
 	void (*fork_child)(void);
 	struct ferry_mr *(*reg_mr)(struct ferry_pd *pd, void *addr, size_t len, int access);
@@ -72,6 +74,9 @@ struct ferry_provider {
 	struct ferry_comp_channel *(*create_comp_channel)(struct ferry_context *ctx);
 	int (*destroy_comp_channel)(struct ferry_comp_channel *ch);
 	int (*get_cq_event)(struct ferry_comp_channel *ch, struct ferry_cq **cq_p);
+	/* Optional: get_cq_event that never blocks nor asks the fd whether
+	 * it may (ferry_cq_event_poll). */
+	int (*poll_cq_event)(struct ferry_comp_channel *ch, struct ferry_cq **cq_p);
 	struct ferry_cq *(*create_cq)(struct ferry_context *ctx, int cqe,
 				      struct ferry_comp_channel *ch);
 	int (*destroy_cq)(struct ferry_cq *cq);
@@ -187,6 +192,21 @@ int ferry_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qp_num_p);
  */
 void ferry_pd_detach(struct ferry_pd *pd);
 void ferry_cq_detach(struct ferry_cq *cq);
+/*
+ * ferry_cq_event_poll - ferry_get_cq_event for a caller that never wants
+ * to wait (the socket layer, whose channels are non-blocking): -1 with
+ * EAGAIN when no event is there, and no system call to find that out
+ * where the provider can help it.
+ */
+int ferry_cq_event_poll(struct ferry_comp_channel *channel, struct ferry_cq **cq_p,
+			void **cq_context_p);
+/*
+ * ferry_cq_disarm - take back an arm (ferry_req_notify_cq) that has not
+ * fired: a waiter that is awake anyway spares its peers the system call a
+ * notification costs them.  Where the provider cannot, nothing happens
+ * (the arm fires once, as armed).
+ */
+void ferry_cq_disarm(struct ferry_cq *cq);
 struct ferry_cm_id;
 void ferry_cm_detach(struct ferry_cm_id *id);
 

@@ -49,7 +49,7 @@ static void fp_acceptor_visit(struct fp_fd *e)
 	sock_conn_process(s);
 	ready = s->ready != NULL;
 	pthread_mutex_unlock(&s->cm_lock);
-	if (ready)
+	if (ready && !atomic_exchange(&e->efd_raised, true))
 		(void)!fp_real.write(e->ready_efd, &one, sizeof(one));
 }
 
@@ -153,7 +153,8 @@ bool fp_acceptor_ready(struct fp_fd *e)
 		return false;
 	if (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE))
 		return true;
-	/* Empty: reset the hint, then look again (see the header). */
-	(void)!fp_real.read(e->ready_efd, &v, sizeof(v));
+	/* Empty: reset the hint (if it was raised), then look again. */
+	if (atomic_exchange(&e->efd_raised, false))
+		(void)!fp_real.read(e->ready_efd, &v, sizeof(v));
 	return __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != NULL;
 }

@@ -43,6 +43,8 @@ struct fp_ep_item {
 	bool ready;			/* level-triggered and ready at the last look */
 	bool et_seen;			/* edge-triggered: reported ready, no edge since */
 	bool disabled;			/* ONESHOT item reported */
+	bool deleted;			/* EPOLL_CTL_DEL'd: kept, watched, for a re-ADD */
+	bool kernel_hint;		/* listener: its kernel half may be readable */
 	bool armed;			/* its next change raises its wake fd ... */
 	unsigned int gen;		/* ... unless its channel was drained since */
 	struct fp_ep_item *next;
@@ -57,6 +59,7 @@ struct fp_ep {
 	 * with none there, waits need not ask the kernel. */
 	bool kernel_known;
 	int nkernel;
+	unsigned int calls;		/* epoll_waits that found ferry events */
 	struct fp_ep *next;		/* in fp_eps */
 };
 
@@ -156,14 +159,31 @@ static int fp_ep_wake_fds(struct fp_ep_item *it, int wfd[2])
 	return n;
 }
 
+/*
+ * The wake fds go into the hidden set with the item as data; a listener's
+ * kernel fd with the item's address plus one, to tell the two halves apart
+ * (items are malloc'd: the low bit is free).
+ */
 static void fp_ep_watch(struct fp_ep *ep, struct fp_ep_item *it, bool on)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = it };
+	struct epoll_event ev = { .events = EPOLLIN };
 	int wfd[2], n, i;
 
 	n = fp_ep_wake_fds(it, wfd);
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
+		ev.data.u64 = (uintptr_t)it + (it->e->kind == FP_LISTEN && wfd[i] == it->fd);
 		fp_real.epoll_ctl(ep->hidden, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, wfd[i], &ev);
+	}
+}
+
+/* Let go of @it for good: out of the hidden set and the list (*pp). */
+static void fp_ep_remove(struct fp_ep *ep, struct fp_ep_item *it, struct fp_ep_item **pp)
+{
+	fp_ep_watch(ep, it, false);
+	*pp = it->next;
+	if (!it->deleted)
+		ep->nitems--;
+	free(it);
 }
 
 static struct fp_ep_item *fp_ep_find(struct fp_ep *ep, int fd, struct fp_ep_item ***prev)
@@ -196,17 +216,39 @@ FP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	}
 	if (op != EPOLL_CTL_DEL && !ev)
 		return ERR(EFAULT);
-	if (fp_real.fcntl(epfd, F_GETFD) < 0)
-		return -1;
 	if (epfd == fd)
 		return ERR(EINVAL);
-	ep = fp_ep_get(epfd, op == EPOLL_CTL_ADD);
-	if (!ep)
-		return ERR(op == EPOLL_CTL_ADD ? ENOMEM : ENOENT);
+	ep = fp_ep_get(epfd, false);
+	if (!ep) {
+		/* A set the shim has not seen made: is it one at all? */
+		if (fp_real.fcntl(epfd, F_GETFD) < 0)
+			return -1;
+		ep = fp_ep_get(epfd, op == EPOLL_CTL_ADD);
+		if (!ep)
+			return ERR(op == EPOLL_CTL_ADD ? ENOMEM : ENOENT);
+	}
 	pthread_mutex_lock(&ep->lock);
 	it = fp_ep_find(ep, fd, &pp);
+	if (it && it->deleted && (op != EPOLL_CTL_ADD || it->e != e)) {
+		/* A deleted item stands for nothing but a possible re-ADD of
+		 * the same socket: not for MOD or DEL, nor for another socket
+		 * that now has the number. */
+		fp_ep_remove(ep, it, pp);
+		it = NULL;
+	}
 	switch (op) {
 	case EPOLL_CTL_ADD:
+		if (it && it->deleted) {
+			/* Programs that DEL and ADD per request (redis-benchmark)
+			 * get back their item without system calls. */
+			it->deleted = false;
+			it->events = ev->events;
+			it->data = ev->data;
+			it->disabled = it->et_seen = it->ready = false;
+			it->pending = it->kernel_hint = true;
+			ep->nitems++;
+			break;
+		}
 		if (it) {
 			ret = ERR(EEXIST);
 			break;
@@ -224,7 +266,7 @@ FP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		it->e = e;
 		it->events = ev->events;
 		it->data = ev->data;
-		it->pending = true;
+		it->pending = it->kernel_hint = true;
 		it->next = ep->items;
 		ep->items = it;
 		ep->nitems++;
@@ -243,17 +285,17 @@ FP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		it->data = ev->data;
 		it->disabled = false;
 		it->et_seen = false;
-		it->pending = true;
+		it->pending = it->kernel_hint = true;
 		break;
 	case EPOLL_CTL_DEL:
 		if (!it) {
 			ret = ERR(ENOENT);
 			break;
 		}
-		fp_ep_watch(ep, it, false);
-		*pp = it->next;
+		/* Kept, still watched, for a re-ADD; reported no more. */
+		it->deleted = true;
+		it->armed = false;
 		ep->nitems--;
-		free(it);
 		break;
 	default:
 		ret = ERR(EINVAL);
@@ -308,7 +350,7 @@ static int fp_ep_arm_all(struct fp_ep *ep)
 	int n = 0;
 
 	for (it = ep->items; it; it = it->next) {
-		if (it->disabled || fp_ep_still_armed(it))
+		if (it->deleted || it->disabled || fp_ep_still_armed(it))
 			continue;
 		fp_ep_arm(it);
 		it->pending = true;
@@ -331,9 +373,21 @@ static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, boo
 	for (it = ep->items; it && n < max; it = it->next) {
 		bool et = it->events & EPOLLET;
 
-		if (it->disabled || (!all && !it->pending && !it->ready))
+		if (it->deleted || it->disabled || (!all && !it->pending && !it->ready))
 			continue;
-		rev = fp_revents_ex(it->fd, it->e, (short)(it->events & 0xffff), kernel_too);
+		if (it->e->kind == FP_LISTEN) {
+			/* The kernel half costs a system call: only when its fd
+			 * fired (or the item is new) since a look found nothing. */
+			rev = fp_revents_ex(it->fd, it->e, (short)(it->events & 0xffff), false);
+			if (kernel_too && it->kernel_hint) {
+				short k = fp_kernel_revents(it->fd, (short)(it->events & 0xffff));
+
+				it->kernel_hint = k != 0;
+				rev |= k;
+			}
+		} else {
+			rev = fp_revents_ex(it->fd, it->e, (short)(it->events & 0xffff), kernel_too);
+		}
 		rev &= (short)(it->events | EPOLLERR | EPOLLHUP);
 		if (!rev) {
 			it->pending = it->ready = it->et_seen = false;
@@ -352,6 +406,29 @@ static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, boo
 	return n;
 }
 
+/*
+ * Awake: take back the arms of the items that did not fire, so that their
+ * peers stop paying a system call per notification while this process is
+ * up and looking anyway (fp_ep_arm_all arms them again before a sleep).
+ * ep->lock held.
+ */
+static void fp_ep_disarm_all(struct fp_ep *ep)
+{
+	struct fp_ep_item *it;
+	struct ferry_sock *s;
+
+	FP_ENTER();
+	for (it = ep->items; it; it = it->next) {
+		if (!it->armed || it->deleted || it->e->kind != FP_FERRY)
+			continue;
+		it->armed = false;
+		s = sock_get(it->e->sfd);
+		if (s)
+			sock_wait_disarm(s);
+	}
+	FP_LEAVE();
+}
+
 /* The hidden set fired: drain the wake fds and mark their items. */
 static void fp_ep_woken(struct fp_ep *ep, struct epoll_event *hev, int n)
 {
@@ -360,14 +437,24 @@ static void fp_ep_woken(struct fp_ep *ep, struct epoll_event *hev, int n)
 
 	pthread_mutex_lock(&ep->lock);
 	for (i = 0; i < n; i++) {
-		struct fp_ep_item *it = hev[i].data.ptr, *x;
+		struct fp_ep_item *it = (void *)(uintptr_t)(hev[i].data.u64 & ~(uint64_t)1), *x;
+		struct fp_ep_item **pp;
 
 		if (!it)
 			continue;
-		for (x = ep->items; x && x != it; x = x->next)
+		for (pp = &ep->items; (x = *pp) && x != it; pp = &x->next)
 			;
 		if (!x)
 			continue;	/* removed meanwhile */
+		if (it->deleted) {
+			/* Only a cache for a re-ADD: not worth a wake-up. */
+			fp_ep_remove(ep, it, pp);
+			continue;
+		}
+		if (hev[i].data.u64 & 1) {
+			it->kernel_hint = it->pending = true;
+			continue;
+		}
 		it->pending = true;
 		it->armed = false;
 		if (it->e->kind != FP_FERRY)
@@ -386,6 +473,7 @@ static void fp_ep_woken(struct fp_ep *ep, struct epoll_event *hev, int n)
 				x->armed = false;
 			}
 	}
+	fp_ep_disarm_all(ep);
 	pthread_mutex_unlock(&ep->lock);
 }
 
@@ -420,8 +508,10 @@ static int fp_epoll_wait(int epfd, struct epoll_event *events, int max, int64_t 
 		pthread_mutex_unlock(&ep->lock);
 		/* The kernel's fds: every turn unless known to be none, and
 		 * while spinning only every eighth. */
+		/* With ferry events in hand, the kernel's set is asked every
+		 * fourth time only (one system call a look). */
 		if (n < max && (!ep->kernel_known || atomic_load((atomic_int *)&ep->nkernel) > 0) &&
-		    (!spinning || !(turn & 7))) {
+		    (!spinning || !(turn & 7)) && (!n || !(ep->calls++ & 3))) {
 			k = fp_real.epoll_wait(epfd, events + n, max - n, 0);
 			if (k < 0 && !n)
 				return -1;
@@ -488,10 +578,7 @@ void fp_epoll_forget(struct fp_fd *e)
 				pp = &it->next;
 				continue;
 			}
-			fp_ep_watch(ep, it, false);
-			*pp = it->next;
-			ep->nitems--;
-			free(it);
+			fp_ep_remove(ep, it, pp);
 		}
 		pthread_mutex_unlock(&ep->lock);
 	}

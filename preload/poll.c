@@ -32,7 +32,7 @@ uint64_t fp_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static short fp_kernel_revents(int fd, short events)
+short fp_kernel_revents(int fd, short events)
 {
 	struct pollfd p = { .fd = fd, .events = events };
 

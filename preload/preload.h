@@ -137,6 +137,7 @@ struct fp_fd {
 	 * and the eventfd the acceptor raises when it has connections. */
 	int ferry_fd;
 	int ready_efd;
+	atomic_bool efd_raised;		/* ready_efd written and not read back */
 	bool accept_ferry_first;	/* alternate which accept queue goes first */
 	bool accepted;			/* accept() was called on it (fork.c) */
 	/* FP_FERRY: the number lib/sock knows it by (one of its names), and
@@ -184,6 +185,8 @@ short fp_revents(int fd, struct fp_fd *e, short events);
 /* The same; with @kernel_too false, without the system call a listener's
  * kernel half costs (for spinning). */
 short fp_revents_ex(int fd, struct fp_fd *e, short events, bool kernel_too);
+/* A kernel fd's events now (poll with no timeout). */
+short fp_kernel_revents(int fd, short events);
 /*
  * Prepare to sleep on managed @fd: arm what raises its wake fds and fill
  * @wfd (up to 2) with the kernel fds to sleep on; returns their count.

@@ -425,7 +425,7 @@ static int shm_destroy_comp_channel(struct ferry_comp_channel *ch)
 	return 0;
 }
 
-static int shm_get_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p)
+static int shm_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p, bool nowait)
 {
 	struct epoll_event ev;
 	struct shm_cq *scq;
@@ -439,7 +439,7 @@ static int shm_get_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_
 		n = epoll_wait(ch->fd, &ev, 1, timeout);
 		if (n < 0)
 			return -1;	/* EINTR goes to the caller, as ibverbs */
-		if (n == 0 && timeout == 0 && !(fcntl(ch->fd, F_GETFL) & O_NONBLOCK)) {
+		if (n == 0 && timeout == 0 && !nowait && !(fcntl(ch->fd, F_GETFL) & O_NONBLOCK)) {
 			timeout = -1;
 			continue;
 		}
@@ -456,6 +456,16 @@ static int shm_get_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_
 	ferry_unlock(&scq->lock);
 	*cq_p = &scq->cq;
 	return 0;
+}
+
+static int shm_get_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p)
+{
+	return shm_cq_event(ch, cq_p, false);
+}
+
+static int shm_poll_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p)
+{
+	return shm_cq_event(ch, cq_p, true);
 }
 
 /* --- completion queues --- */
@@ -536,6 +546,19 @@ static int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
 	atomic_store(&scq->notify->word, scq->gen << 2 | mode);
 	ferry_unlock(&scq->lock);
 	return 0;
+}
+
+/* The peer reads the word before it signals: NONE, and it does not. */
+static void shm_disarm_cq(struct ferry_cq *cq)
+{
+	struct shm_cq *scq = to_scq(cq);
+
+	ferry_lock(&scq->lock);
+	if (SHM_NOTIFY_MODE(atomic_load_explicit(&scq->notify->word, memory_order_relaxed)) !=
+	    SHM_NOTIFY_NONE)
+		atomic_store_explicit(&scq->notify->word, scq->gen << 2 | SHM_NOTIFY_NONE,
+				      memory_order_relaxed);
+	ferry_unlock(&scq->lock);
 }
 
 static void shm_ack_cq_events(struct ferry_cq *cq, unsigned int n)
@@ -698,12 +721,14 @@ const struct ferry_provider ferry_shm_provider = {
 	.dealloc_pd = shm_dealloc_pd,
 	.detach_pd = shm_detach_pd,
 	.detach_cq = shm_detach_cq,
+	.disarm_cq = shm_disarm_cq,
 	.fork_child = shm_monitor_fork_child,
 	.reg_mr = shm_reg_mr,
 	.dereg_mr = shm_dereg_mr,
 	.create_comp_channel = shm_create_comp_channel,
 	.destroy_comp_channel = shm_destroy_comp_channel,
 	.get_cq_event = shm_get_cq_event,
+	.poll_cq_event = shm_poll_cq_event,
 	.create_cq = shm_create_cq,
 	.destroy_cq = shm_destroy_cq,
 	.req_notify_cq = shm_req_notify_cq,

@@ -349,6 +349,8 @@ int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
 /* Become the sleeper of @s (true) or not, for ferry_sock_poll. */
 bool sock_wait_lead(struct ferry_sock *s);
 void sock_wait_arm(struct ferry_sock *s);
+/* Take back an arm that has not fired, unless a sleeper of @s relies on it. */
+void sock_wait_disarm(struct ferry_sock *s);
 void sock_wait_drain(struct ferry_sock *s);
 void sock_wait_release(struct ferry_sock *s);
 void sock_wait_wake(struct ferry_sock *s);

@@ -79,6 +79,16 @@ void sock_wait_arm(struct ferry_sock *s)
 		ferry_debug("sock %d: arming the CQ: %m", s->fd);
 }
 
+void sock_wait_disarm(struct ferry_sock *s)
+{
+	/* Under wait_lock: a leader sets itself up there before it arms, so
+	 * either we see it and leave its arm alone, or it arms after us. */
+	pthread_mutex_lock(&s->wait_lock);
+	if (!s->wait_leader && s->cq)
+		ferry_cq_disarm(s->cq);
+	pthread_mutex_unlock(&s->wait_lock);
+}
+
 /* Take the events that made the fd readable (leader only). */
 void sock_wait_drain(struct ferry_sock *s)
 {
@@ -87,7 +97,7 @@ void sock_wait_drain(struct ferry_sock *s)
 
 	atomic_fetch_add(&s->drain_gen, 1);
 	if (s->cch) {
-		while (ferry_get_cq_event(s->cch, &cq, &ctx) == 0)
+		while (ferry_cq_event_poll(s->cch, &cq, &ctx) == 0)
 			ferry_ack_cq_events(cq, 1);
 	}
 	if (s->chan && s->chan_in_epoll && pthread_mutex_trylock(&s->cm_lock) == 0) {
