@@ -349,6 +349,10 @@ int ferry_sock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 		ret = ERR(err);
 	}
 	pthread_mutex_unlock(&s->cm_lock);
+	/* What the peer sent while we waited was taken without credits in
+	 * return (sock_give_credits waits for ESTABLISHED): return them now. */
+	if (ret == 0)
+		sock_give_credits(s, false);
 	return ret;
 }
 

@@ -138,7 +138,11 @@ void sock_give_credits(struct ferry_sock *s, bool force)
 	struct rs_sge sge;
 	struct ferry_sge g;
 
-	if (!s->qp || (atomic_load(&s->closed) & (SOCK_RESET | SOCK_DISC_SENT)))
+	/* Not before ESTABLISHED: the peer's target SGL is not known yet, and
+	 * a peer that finished first may already have sent (a connect still
+	 * waiting takes that completion); the credits go with the next look. */
+	if (!s->qp || !sock_is_connected(s) || !s->remote_sgl.length ||
+	    (atomic_load(&s->closed) & (SOCK_RESET | SOCK_DISC_SENT)))
 		return;
 	pthread_mutex_lock(&s->plock);
 	rseq = atomic_load(&s->rseq_no);
