@@ -7,7 +7,13 @@
 #   together   four clients at the same time, 16 MiB each;
 #   in-turn    three clients one after the other, 4 MiB each, so that the
 #              parent accepts after a child has closed its inherited copy
-#              of the listener and ended.
+#              of the listener and ended;
+#   late       the same, but the parent closes its copy of each connection
+#              only once the child has echoed 1 MiB (fork-echo ... late),
+#              so that the close comes while the child uses it, every time
+#              (not only when the parent happens to be slow);
+#   after      the same, but the parent holds its copy until the child has
+#              exited (fork-echo ... after): its close ends the connection.
 # Every run: each client gets its bytes back intact and then EOF, every
 # child reports what it echoed, and the server exits 0 (every child did).
 set -u
@@ -20,13 +26,14 @@ echo_client=$builddir/tests/preload/echo-client
 [ -x "$server" ] && [ -x "$echo_client" ] ||
 	skip "$server or $echo_client is not built (make check builds them)"
 
-# run MODE NAME CLIENTS MIB AT-ONCE: one server for CLIENTS clients of MIB
-# MiB each, all at once (yes) or one after the other (no).
+# run MODE NAME CLIENTS MIB AT-ONCE [HOW]: one server for CLIENTS clients
+# of MIB MiB each, all at once (yes) or one after the other (no); HOW is
+# fork-echo's late or after.
 run() {
-	local mode=$1 name=$2 clients=$3 bytes=$(( $4 * 1048576 )) together=$5
+	local mode=$1 name=$2 clients=$3 bytes=$(( $4 * 1048576 )) together=$5 how=${6:-}
 	local what failed_before=$failed i cpids=() deadline
 	what="fork-echo, $name ($(describe "$mode"))"
-	serve "fork-$mode-$name" "$mode" "$server" @PORT@ "$clients" || return
+	serve "fork-$mode-$name" "$mode" "$server" @PORT@ "$clients" ${how:+"$how"} || return
 	wrap_for "$mode" client
 	rm -f "$tmp"/client?.err
 	# 60 s for all the clients, whether they run at once or in turn.
@@ -64,5 +71,7 @@ reap_client() {
 for mode in $modes; do
 	run "$mode" together 4 16 yes
 	run "$mode" in-turn 3 4 no
+	run "$mode" late 3 4 no late
+	run "$mode" after 2 4 no after
 done
 finish
