@@ -47,7 +47,7 @@ need() {
 if ldd "$preload_so" 2>/dev/null | grep -q libasan; then
 	skip "the shim is built with ASan; real programs run under the plain build's"
 fi
-need ss timeout
+need ss timeout setsid
 
 # ferry_prefix: set the array $wrap to the command prefix that runs a
 # program under the preload.  The one place that knows how: ferry-run when
@@ -91,26 +91,36 @@ describe() {
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-$prog.XXXXXX")
 pids=()
 cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+	local pid live
+	# Only those not reaped yet: a reaped pid may be someone else's by now.
+	live=" $(jobs -p | tr '\n' ' ') "
+	for pid in "${pids[@]}"; do
+		[[ $live == *" $pid "* ]] && slay "$pid"
+	done
 	exec 3>&- 2>/dev/null
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
-# spawn OUT ERR COMMAND...: COMMAND in the background (exec'd, so that
-# $spawned is its own pid, not a subshell's), and a watchdog that kills it
-# after 300 s so that nothing outlives a hung test.
+# slay PID: SIGKILL to PID's process group: PID and whatever it forked
+# (a forking server's children too, hung ones included).
+slay() {
+	kill -9 -- "-$1" 2>/dev/null || kill -9 "$1" 2>/dev/null
+}
+
+# spawn OUT ERR COMMAND...: COMMAND in the background, in a process group
+# of its own (setsid, which execs: $spawned is COMMAND's own pid and its
+# group's id), and a watchdog that kills the group after 300 s so that
+# nothing outlives a hung test.
 spawn() {
 	local out=$1 err=$2
 	shift 2
-	( exec "$@" ) >"$out" 2>"$err" &
+	( exec setsid "$@" ) >"$out" 2>"$err" &
 	spawned=$!
 	pids+=("$spawned")
-	(timeout 300 tail --pid="$spawned" -f /dev/null || kill -9 "$spawned") \
+	(timeout 300 tail --pid="$spawned" -f /dev/null || kill -9 -- "-$spawned") \
 		>/dev/null 2>&1 &
-	pids+=("$!")
 }
 
 # reap PID SECONDS: wait for the background PID; its exit status in $reaped,
@@ -118,7 +128,7 @@ spawn() {
 reap() {
 	local pid=$1 secs=$2
 	if ! timeout "$secs" tail --pid="$pid" -f /dev/null 2>/dev/null; then
-		kill -9 "$pid" 2>/dev/null
+		slay "$pid"
 		wait "$pid" 2>/dev/null
 		reaped=124
 		return
@@ -143,6 +153,17 @@ listening() {
 	ss -Hltnp "sport = :$2" 2>/dev/null | grep -q "pid=$1,"
 }
 
+# ready PID PORT ERR PRELOADED: the server PID listens on PORT, and if it
+# runs under the preload (PRELOADED=yes) the shim is done with its listen():
+# it logs the outcome (to ERR) once the ferry listener beside the kernel's
+# is up, or it has decided against one.  The kernel socket listens first,
+# so a client that came before would find no ferry listener, and go TCP.
+ready() {
+	listening "$1" "$2" || return 1
+	[ "$4" = yes ] || return 0
+	grep -Eq "^ferry\[[0-9]+\]: (debug|info): listen on 127\.0\.0\.1:$2: " "$3"
+}
+
 # serve NAME MODE COMMAND...: start a server (the server side of a MODE
 # run) whose arguments may hold @PORT@, on a fresh port; when it listens,
 # its pid is in $server_pid and the port in $port, its output in
@@ -150,24 +171,26 @@ listening() {
 # tried again on another; returns 1 (after fail) when the server does not
 # come up.
 serve() {
-	local name=$1 mode=$2 try i
+	local name=$1 mode=$2 try i preloaded=no
 	shift 2
 	wrap_for "$mode" server
+	[ ${#wrap[@]} = 0 ] || preloaded=yes
 	server_err=$tmp/$name.err
 	for try in 1 2 3 4 5; do
 		port=$(pick_port)
 		spawn "$tmp/$name.out" "$tmp/$name.err" "${wrap[@]}" "${@//@PORT@/$port}"
 		server_pid=$spawned
 		for i in $(seq 400); do
-			listening "$server_pid" "$port" && return 0
+			ready "$server_pid" "$port" "$tmp/$name.err" "$preloaded" && return 0
 			kill -0 "$server_pid" 2>/dev/null || break
 			sleep 0.05
 		done
-		kill -9 "$server_pid" 2>/dev/null
+		slay "$server_pid"
 		wait "$server_pid" 2>/dev/null
 		grep -qi 'in use' "$tmp/$name.out" "$tmp/$name.err" || break
 	done
-	fail "$name ($(describe "$mode")) did not start listening; it said:"
+	fail "$name ($(describe "$mode")) did not start listening (under the preload: or" \
+		"the shim logged no 'listen on 127.0.0.1:$port: ...'); it said:"
 	cat "$tmp/$name.out" "$tmp/$name.err"
 	return 1
 }
