@@ -565,17 +565,8 @@ FP_EXPORT int fcntl(int fd, int cmd, ...)
 	return fp_fcntl(fd, cmd, arg);
 }
 
-FP_EXPORT int fcntl64(int fd, int cmd, ...)
-{
-	va_list ap;
-	long arg;
-
-	va_start(ap, cmd);
-	arg = va_arg(ap, long);
-	va_end(ap);
-	fp_real_init();
-	return fp_fcntl(fd, cmd, arg);
-}
+/* Where glibc has fcntl64 (the 64-bit-off_t name), the same call. */
+FP_EXPORT int fcntl64(int fd, int cmd, ...) __attribute__((alias("fcntl")));
 
 FP_EXPORT int ioctl(int fd, unsigned long req, ...)
 {
@@ -740,32 +731,32 @@ FP_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	return ret;
 }
 
-FP_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
+/* getpeername and getsockname: a ferry socket's names are lib/sock's. */
+static int fp_name(int fd, struct sockaddr *addr, socklen_t *len,
+		   int (*real)(int, struct sockaddr *, socklen_t *),
+		   int (*ferry)(int, struct sockaddr *, socklen_t *))
 {
 	struct fp_fd *e = fp_get(fd);
 	int ret;
 
-	fp_real_init();
 	if (fp_inside() || !e || e->kind != FP_FERRY)
-		return fp_real.getpeername(fd, addr, len);
+		return real(fd, addr, len);
 	FP_ENTER();
-	ret = ferry_sock_getpeername(e->sfd, addr, len);
+	ret = ferry(e->sfd, addr, len);
 	FP_LEAVE();
 	return ret;
 }
 
+FP_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	fp_real_init();
+	return fp_name(fd, addr, len, fp_real.getpeername, ferry_sock_getpeername);
+}
+
 FP_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
 {
-	struct fp_fd *e = fp_get(fd);
-	int ret;
-
 	fp_real_init();
-	if (fp_inside() || !e || e->kind != FP_FERRY)
-		return fp_real.getsockname(fd, addr, len);
-	FP_ENTER();
-	ret = ferry_sock_getsockname(e->sfd, addr, len);
-	FP_LEAVE();
-	return ret;
+	return fp_name(fd, addr, len, fp_real.getsockname, ferry_sock_getsockname);
 }
 
 FP_EXPORT int shutdown(int fd, int how)
