@@ -520,8 +520,12 @@ static int fp_epoll_wait(int epfd, struct epoll_event *events, int max, int64_t 
 		turn++;
 		if (n || timeout_ns == 0)
 			return n;
-		if (spinning || armed)
+		if (armed)
 			continue;
+		if (spinning) {
+			fp_spin_yield(turn);
+			continue;
+		}
 		ms = -1;
 		if (deadline) {
 			uint64_t now = fp_now_ns();

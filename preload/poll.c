@@ -15,6 +15,7 @@
 #endif
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,6 +24,18 @@
 #include "sock-internal.h"
 
 #define FP_POLL_STACK 32
+
+/*
+ * While spinning, let another task of this CPU run now and then: when the
+ * peer shares the CPU, a spin that never yields only delays the very
+ * answer it waits for (and ferry's rates fall to a fraction).  With the
+ * CPU to itself, sched_yield returns at once.
+ */
+void fp_spin_yield(unsigned int turn)
+{
+	if (!(turn & 15))
+		sched_yield();
+}
 
 uint64_t fp_now_ns(void)
 {
@@ -240,8 +253,10 @@ int fp_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t 
 		ready = fp_poll_scan(&ps, !(turn & 15));
 		if (ready || timeout_ns == 0)
 			break;
-		if (fp_now_ns() < spin_end && (!deadline || fp_now_ns() < deadline))
+		if (fp_now_ns() < spin_end && (!deadline || fp_now_ns() < deadline)) {
+			fp_spin_yield(turn);
 			continue;
+		}
 		if (deadline && fp_now_ns() >= deadline)
 			break;
 		if (fp_poll_sleep(&ps, deadline, mask) < 0) {

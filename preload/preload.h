@@ -197,6 +197,8 @@ void fp_sleep_done(int fd, struct fp_fd *e, bool led);
 /* poll(2) over any mix of managed and kernel fds; timeout in ms (-1: none). */
 int fp_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t *mask);
 uint64_t fp_now_ns(void);
+/* Spinning: give the CPU away now and then (every 16th @turn). */
+void fp_spin_yield(unsigned int turn);
 
 /* --- sockets.c --- */
 

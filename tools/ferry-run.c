@@ -40,7 +40,7 @@ static const struct run_var {
 	{ "FERRY_EXCLUDE_PORTS", "ports and ranges kept on kernel TCP: 22,6000-6010" },
 	{ "FERRY_EXCLUDE_PROGRAMS", "program name patterns the shim leaves alone" },
 	{ "FERRY_LOG", "error|warn|info|debug: what ferry reports on stderr (warn)" },
-	{ "FERRY_POLL_US", "microseconds a socket busy-polls before it sleeps (10)" },
+	{ "FERRY_POLL_US", "microseconds a socket busy-polls before it sleeps (10; 200 under the shim)" },
 	{ "FERRY_RBUF", "receive ring of each socket, bytes, k/m/g (shim 512k, API 128k)" },
 	{ "FERRY_SBUF", "send ring of each socket, bytes, k/m/g (shim 512k, API 128k)" },
 	{ "FERRY_TRANSPORT", "shm|verbs: use only this transport" },

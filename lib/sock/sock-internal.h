@@ -338,6 +338,8 @@ short sock_revents(struct ferry_sock *s, short events);
 /* --- sock_wait.c --- */
 uint64_t sock_now_ns(void);
 unsigned int sock_poll_us(void);
+/* FERRY_POLL_US when the variable is unset (the preload shim raises it). */
+extern unsigned int sock_default_poll_us;
 /*
  * sock_wait - wait until @ready(@s) is true, or the deadline (absolute ns,
  * 0 = none) passes (ETIMEDOUT).  Polls for FERRY_POLL_US, then arms the CQ

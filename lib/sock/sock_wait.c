@@ -16,6 +16,7 @@
 #endif
 
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -29,6 +30,8 @@ uint64_t sock_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+unsigned int sock_default_poll_us = SOCK_DEF_POLL_US;
+
 unsigned int sock_poll_us(void)
 {
 	static atomic_int cached = -1;
@@ -36,7 +39,7 @@ unsigned int sock_poll_us(void)
 
 	if (v < 0) {
 		const char *env = getenv("FERRY_POLL_US");
-		long l = env && *env ? strtol(env, NULL, 10) : SOCK_DEF_POLL_US;
+		long l = env && *env ? strtol(env, NULL, 10) : (long)sock_default_poll_us;
 
 		v = l < 0 ? 0 : l > 10000000 ? 10000000 : (int)l;
 		atomic_store(&cached, v);
@@ -159,11 +162,15 @@ int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_
 
 	unsigned int spins = 0;
 
-	/* Reading the clock costs more than a poll of the CQ: read it seldom. */
+	/* Reading the clock costs more than a poll of the CQ: read it seldom.
+	 * Now and then the CPU goes to whoever else wants it: a peer on the
+	 * same CPU is what we wait for. */
 	do {
 		if (ready(s))
 			return 0;
-	} while ((++spins & 63) || sock_now_ns() < spin_end);
+		if (!(++spins & 1023))
+			sched_yield();
+	} while ((spins & 63) || sock_now_ns() < spin_end);
 
 	for (;;) {
 		if (deadline_ns && sock_now_ns() >= deadline_ns)
