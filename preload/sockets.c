@@ -220,32 +220,28 @@ static int fp_hide_sock(int sfd)
 	return high;
 }
 
-FP_EXPORT int listen(int fd, int backlog)
+/*
+ * The ferry side of listener @fd, bound to @ss: a ferry listener on the
+ * same address and port, and the acceptor watching it.  Returns 0 with
+ * @e an FP_LISTEN; otherwise says why and forgets @fd (TCP only).
+ */
+static int fp_listen_ferry(int fd, struct fp_fd *e, int backlog,
+			   const struct sockaddr_storage *ss, socklen_t len)
 {
-	struct fp_fd *e = fp_get(fd);
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	int lfd, ret, on = 1;
+	int lfd, on = 1;
 	char name[80];
 
-	fp_real_init();
-	ret = fp_real.listen(fd, backlog);
-	if (ret < 0 || !e || e->kind != FP_TCP || fp_inside())
-		return ret;
-	if (fp_real.getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
-		return ret;
-	if (!fp_allow((struct sockaddr *)&ss, len)) {
-		fp_info("listen on %s: excluded by the configuration: TCP only",
-			fp_addr_str((struct sockaddr *)&ss, name, sizeof(name)));
-		fp_free(fp_set(fd, NULL));
-		return ret;
+	fp_addr_str((const struct sockaddr *)ss, name, sizeof(name));
+	if (!fp_allow((const struct sockaddr *)ss, len)) {
+		fp_info("listen on %s: excluded by the configuration: TCP only", name);
+		goto plain;
 	}
 	FP_ENTER();
 	lfd = ferry_socket(e->domain, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (lfd >= 0) {
 		fp_replay_options(lfd, e);
 		ferry_sock_setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-		if (ferry_sock_bind(lfd, (struct sockaddr *)&ss, len) < 0 ||
+		if (ferry_sock_bind(lfd, (const struct sockaddr *)ss, len) < 0 ||
 		    ferry_sock_listen(lfd, backlog) < 0) {
 			int err = errno;
 
@@ -258,25 +254,63 @@ FP_EXPORT int listen(int fd, int backlog)
 	}
 	FP_LEAVE();
 	if (lfd < 0) {
-		fp_info("listen on %s: no ferry listener (%m): TCP only",
-			fp_addr_str((struct sockaddr *)&ss, name, sizeof(name)));
-		fp_free(fp_set(fd, NULL));
-		return ret;
+		fp_info("listen on %s: no ferry listener (%m): TCP only", name);
+		goto plain;
 	}
 	e->ferry_fd = lfd;
 	if (fp_acceptor_add(e) < 0) {
-		fp_info("listen on %s: no acceptor (%m): TCP only",
-			fp_addr_str((struct sockaddr *)&ss, name, sizeof(name)));
+		fp_info("listen on %s: no acceptor (%m): TCP only", name);
 		FP_ENTER();
 		ferry_sock_close(lfd);
 		FP_LEAVE();
 		e->ferry_fd = -1;
-		fp_free(fp_set(fd, NULL));
-		return ret;
+		goto plain;
 	}
 	e->kind = FP_LISTEN;
-	ferry_debug("listen on %s: TCP and ferry",
-		    fp_addr_str((struct sockaddr *)&ss, name, sizeof(name)));
+	ferry_debug("listen on %s: TCP and ferry", name);
+	return 0;
+plain:
+	fp_free(fp_set(fd, NULL));
+	return -1;
+}
+
+/*
+ * listen: when the socket is bound to a port already, the ferry listener
+ * comes first, so that a client that finds the TCP port open finds ferry's
+ * too; an unbound socket gets its port from the kernel's listen.
+ */
+FP_EXPORT int listen(int fd, int backlog)
+{
+	struct fp_fd *e = fp_get(fd);
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int ret, err;
+
+	fp_real_init();
+	if (!e || e->kind != FP_TCP || fp_inside())
+		return fp_real.listen(fd, backlog);
+	if (fp_real.getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
+	    ((struct sockaddr_in *)&ss)->sin_port != 0) {
+		/* sin_port and sin6_port are at the same place */
+		bool ferry = fp_listen_ferry(fd, e, backlog, &ss, len) == 0;
+
+		ret = fp_real.listen(fd, backlog);
+		if (ret < 0 && ferry) {
+			err = errno;
+			fp_free(fp_set(fd, NULL));
+			fp_acceptor_del(e);
+			FP_ENTER();
+			ferry_sock_close(e->ferry_fd);
+			FP_LEAVE();
+			fp_free(e);
+			errno = err;
+		}
+		return ret;
+	}
+	ret = fp_real.listen(fd, backlog);
+	len = sizeof(ss);
+	if (ret == 0 && fp_real.getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+		fp_listen_ferry(fd, e, backlog, &ss, len);
 	return ret;
 }
 
