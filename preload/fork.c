@@ -64,9 +64,45 @@ _Atomic int *fp_ref_new(void)
 	return NULL;
 }
 
+/* Set in the count once a process ended the connection for all of them. */
+#define FP_REF_ENDED	(1 << 30)
+
 bool fp_ref_put(_Atomic int *ref)
 {
-	return !ref || atomic_fetch_sub(ref, 1) == 1;
+	return !ref || (atomic_fetch_sub(ref, 1) & ~FP_REF_ENDED) == 1;
+}
+
+/*
+ * The state a connection's holders share is the rings and queues; the
+ * counts and positions that drive them (messages sent and taken, credits,
+ * ring offsets) are each process's copy, good only in the process that
+ * used the connection since the fork.  So the orderly end -- DISCONNECT
+ * after the data -- is sent by the last holder if nobody drove the
+ * connection elsewhere, else by the one that drove it, when it closes,
+ * even if another still holds it (a parent waiting for its child to exit
+ * before it closes its own copy): its peer sees the end of the stream
+ * then, not at the last close.  The others only let go of their copies.
+ */
+bool fp_close_ends(struct fp_fd *e)
+{
+	struct ferry_sock *s = sock_get(e->sfd);
+	bool drove, last;
+	int old;
+
+	drove = e->forked && s &&
+		(__atomic_load_n(&s->sseq_no, __ATOMIC_RELAXED) != e->fork_sseq ||
+		 atomic_load(&s->rseq_no) != e->fork_rseq);
+	if (!e->refs)
+		return true;
+	old = atomic_fetch_sub(e->refs, 1);
+	last = (old & ~FP_REF_ENDED) == 1;
+	if (old & FP_REF_ENDED)
+		return false;	/* ended already, by the process that drove it */
+	if (drove && !last) {
+		atomic_fetch_or(e->refs, FP_REF_ENDED);
+		return true;
+	}
+	return last;
 }
 
 void fp_listen_downgrade(int fd, struct fp_fd *e, bool in_child)
@@ -106,6 +142,33 @@ static void fp_fork_child_listener(int fd, struct fp_fd *e, void *arg)
 		fp_listen_downgrade(fd, e, true);
 }
 
+/*
+ * A connection both processes hold is driven by whichever uses it; its
+ * state beyond the shared rings is each process's own copy, so two
+ * processes must not both drive it.  The keepalive service of lib/sock
+ * would, unasked (it takes completions for idle sockets): the socket
+ * leaves its list before the fork, in both processes.
+ */
+static void fp_fork_quiet(int fd, struct fp_fd *e, void *arg)
+{
+	struct ferry_sock *s;
+
+	(void)arg;
+	if (e->kind != FP_FERRY || fd != e->sfd)
+		return;
+	FP_ENTER();
+	s = sock_get(e->sfd);
+	if (s) {
+		sock_ka_forget(s);
+		pthread_mutex_lock(&s->plock);
+		e->fork_sseq = s->sseq_no;
+		pthread_mutex_unlock(&s->plock);
+		e->fork_rseq = atomic_load(&s->rseq_no);
+		e->forked = true;
+	}
+	FP_LEAVE();
+}
+
 static void fp_fork_ref(int fd, struct fp_fd *e, void *arg)
 {
 	int delta = *(int *)arg;
@@ -125,6 +188,7 @@ FP_EXPORT pid_t fork(void)
 	if (fp_inside())
 		return fp_real.fork();
 	fp_for_each(fp_fork_prepare_listener, NULL);
+	fp_for_each(fp_fork_quiet, NULL);
 	fp_for_each(fp_fork_ref, &up);
 	pid = fp_real.fork();
 	if (pid < 0) {

@@ -144,6 +144,10 @@ struct fp_fd {
 	 * the shared count of processes holding it (fork.c). */
 	int sfd;
 	_Atomic int *refs;
+	/* After fork: the socket's message counts then, to tell whether this
+	 * process drove the connection since (fork.c). */
+	bool forked;
+	uint16_t fork_sseq, fork_rseq;
 	/* FP_EPOLL: the managed items of the set. */
 	struct fp_ep *ep;
 	/* Names (fds) of this entry in this process: dup() shares it. */
@@ -221,6 +225,9 @@ bool fp_acceptor_ready(struct fp_fd *e);
 _Atomic int *fp_ref_new(void);
 /* Drop a reference; true if it was the last. */
 bool fp_ref_put(_Atomic int *ref);
+/* Closing ferry socket @e here: end the connection in order (true), or only
+ * let go of this process's copy?  Drops this process's reference. */
+bool fp_close_ends(struct fp_fd *e);
 /* Make listener @fd a plain kernel one: the ferry listener goes (in a
  * child of fork, only this process's copy of it). */
 void fp_listen_downgrade(int fd, struct fp_fd *e, bool in_child);

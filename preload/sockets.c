@@ -462,9 +462,10 @@ static int fp_release(int fd, struct fp_fd *e)
 	case FP_FERRY:
 		fp_epoll_forget(e);
 		FP_ENTER();
-		/* The last process holding the connection ends it in order;
-		 * one of several (after fork) only lets go of its copy. */
-		if (fp_ref_put(e->refs))
+		/* Who ends the connection in order (fork.c): the last process
+		 * holding it, or the one that drove it since the fork; any
+		 * other only lets go of its copy. */
+		if (fp_close_ends(e))
 			ferry_sock_close(e->sfd);
 		else
 			sock_forget(e->sfd);
