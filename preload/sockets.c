@@ -267,7 +267,7 @@ static int fp_listen_ferry(int fd, struct fp_fd *e, int backlog,
 		goto plain;
 	}
 	e->kind = FP_LISTEN;
-	ferry_debug("listen on %s: TCP and ferry", name);
+	fp_info("listen on %s: TCP and ferry", name);
 	return 0;
 plain:
 	fp_free(fp_set(fd, NULL));

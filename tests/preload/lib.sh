@@ -241,7 +241,7 @@ python3_bin() {
 #   debug: connect to 127.0.0.1:PORT: ferry                  over ferry
 #   info:  connect to 127.0.0.1:PORT: not ferry (why): TCP   fell back
 #          (or "excluded by the configuration: TCP", ...)
-#   debug: listen on 127.0.0.1:PORT: TCP and ferry           both served
+#   info:  listen on 127.0.0.1:PORT: TCP and ferry           both served
 # ferry-stat, when it lands, could be asked too.
 
 # client_transport WHAT MODE FILES...: the stderr FILES of a run's clients
@@ -267,7 +267,7 @@ client_transport() {
 # ferry beside TCP when it is under the preload.
 server_transport() {
 	case $2 in ferry|srv) ;; *) return 0 ;; esac
-	grep -Eq "^ferry\[[0-9]+\]: debug: listen on 127\.0\.0\.1:$port: TCP and ferry\$" "$3" ||
+	grep -Eq "^ferry\[[0-9]+\]: (debug|info): listen on 127\.0\.0\.1:$port: TCP and ferry\$" "$3" ||
 		fail "$1: the server does not say it serves ferry on port $port:" \
 			"$(grep -E "listen on" "$3" | head -n 3)"
 }
