@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -87,12 +88,39 @@ static void *cm_thread_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Can this process open @n more descriptors?  libevent treats a failed
+ * socketpair while it sets a base up as fatal and exits the process; a
+ * program out of descriptors must get EMFILE from ferry instead.
+ */
+static bool cm_thread_fds_free(int n)
+{
+	int fds[8], i, got = 0;
+
+	for (i = 0; i < n && i < 8; i++) {
+		fds[i] = eventfd(0, EFD_CLOEXEC);
+		if (fds[i] < 0)
+			break;
+		got++;
+	}
+	for (i = 0; i < got; i++)
+		close(fds[i]);
+	return got == n;
+}
+
 /* A base with epoll's EPOLLRDHUP (EV_CLOSED): hang-ups without reading. */
 static struct event_base *cm_thread_new_base(void)
 {
-	struct event_config *cfg = event_config_new();
+	struct event_config *cfg;
 	struct event_base *base;
 
+	/* epoll set, signal socketpair, notification pipe, and room to work */
+	if (!cm_thread_fds_free(6)) {
+		ferry_info("cm: no descriptors left to start the CM thread");
+		errno = EMFILE;
+		return NULL;
+	}
+	cfg = event_config_new();
 	if (!cfg)
 		return NULL;
 	event_config_require_features(cfg, EV_FEATURE_EARLY_CLOSE);
@@ -112,7 +140,7 @@ static int cm_thread_start_locked(void)
 
 	base = cm_thread_new_base();
 	if (!base)
-		return ERR(ENOMEM);
+		return ERR(errno == EMFILE ? EMFILE : ENOMEM);
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);	/* the thread inherits it */
 	err = pthread_create(&cm_thr.thread, NULL, cm_thread_main, base);

@@ -41,9 +41,16 @@ unsigned long ferry_fd_inode(int fd)
 
 int ferry_fd_park_base;
 
-int ferry_fd_park_min(void)
+int ferry_fd_dup(int fd)
 {
-	return ferry_fd_park_base > 0 ? ferry_fd_park_base : 0;
+	int nfd = -1;
+
+	/* EINVAL: the limit is below the base now (lowered since). */
+	if (ferry_fd_park_base > 0)
+		nfd = fcntl(fd, F_DUPFD_CLOEXEC, ferry_fd_park_base);
+	if (nfd < 0)
+		nfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	return nfd;
 }
 
 int ferry_fd_park(int fd)
@@ -196,7 +203,7 @@ int ferry_block_dup_fd(uint64_t id)
 	pthread_mutex_lock(&blocks_lock);
 	for (i = 0; i < nblocks; i++) {
 		if (blocks[i].id == id) {
-			fd = fcntl(blocks[i].fd, F_DUPFD_CLOEXEC, ferry_fd_park_min());
+			fd = ferry_fd_dup(blocks[i].fd);
 			break;
 		}
 	}

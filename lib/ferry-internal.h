@@ -223,11 +223,12 @@ void ferry_fork_child(void);
  * the fd to use (@fd itself when unset, negative or no room).  The preload
  * shim sets the base, so that the descriptors behind each connection do
  * not take the low numbers a program expects its own files to get (and
- * select(2) can reach).  ferry_fd_park_min: the floor for F_DUPFD.
+ * select(2) can reach).  ferry_fd_dup: a close-on-exec duplicate of @fd,
+ * parked the same way when there is room.
  */
 extern int ferry_fd_park_base;
 int ferry_fd_park(int fd);
-int ferry_fd_park_min(void);
+int ferry_fd_dup(int fd);
 
 /* --- cm/cm_event.c: for the socket layer --- */
 

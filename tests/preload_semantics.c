@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -514,6 +516,78 @@ static void case_fork_listener(void)
 	close(l);
 }
 
+/* Descriptors open in this process now. */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n - 3;	/* ".", ".." and the DIR's own */
+}
+
+/*
+ * Clients that run out of descriptors part-way through ferry's handshake
+ * (their fd limit a little above what they hold) fall back to TCP, and
+ * the listener, which saw a request whose client vanished, is not stuck:
+ * it accepts every one of them.
+ */
+#define EMFILE_CLIENTS 14
+
+static void case_client_emfile(void)
+{
+	struct sockaddr_in sin;
+	int l, a, i, status, pfd[2];
+	pid_t pid;
+	char b;
+
+	/* Fork first: a listener shared by fork serves TCP only. */
+	CHECK(pipe(pfd) == 0, "pipe");
+	pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		int bad = 0;
+
+		close(pfd[1]);
+		if (read(pfd[0], &sin, sizeof(sin)) != (ssize_t)sizeof(sin))
+			_exit(4);
+
+		for (i = 0; i < EMFILE_CLIENTS; i++) {
+			struct rlimit rl;
+			int c;
+
+			getrlimit(RLIMIT_NOFILE, &rl);
+			rl.rlim_cur = (rlim_t)open_fds() + 1 + (rlim_t)i;
+			setrlimit(RLIMIT_NOFILE, &rl);
+			c = dial(&sin, 0);
+			rl.rlim_cur = 1024;
+			setrlimit(RLIMIT_NOFILE, &rl);
+			if (c < 0 || send(c, "e", 1, 0) != 1 || recv(c, &b, 1, 0) != 1)
+				bad++;
+			close(c);
+		}
+		_exit(bad ? 2 : 0);
+	}
+	close(pfd[0]);
+	l = listener(&sin, false);
+	CHECK(l >= 0, "listener");
+	CHECK(write(pfd[1], &sin, sizeof(sin)) == (ssize_t)sizeof(sin), "port to the child");
+	close(pfd[1]);
+	for (i = 0; i < EMFILE_CLIENTS; i++) {
+		a = accept(l, NULL, NULL);
+		CHECK(a >= 0, "accept %d", i);
+		CHECK(recv(a, &b, 1, 0) == 1 && send(a, &b, 1, 0) == 1, "echo %d", i);
+		close(a);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && !WEXITSTATUS(status),
+	      "child status %#x", status);
+	close(l);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -532,6 +606,7 @@ static const struct {
 	{ "epipe", case_epipe },
 	{ "cross_process_wake", case_cross_process_wake },
 	{ "fork_listener", case_fork_listener },
+	{ "client_emfile", case_client_emfile },
 };
 
 int main(int argc, char **argv)

@@ -328,7 +328,7 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 		return NULL;
 	smr->block_fd = -1;
 	if (ferry_block_find(addr, len, &blk)) {
-		smr->block_fd = fcntl(blk.fd, F_DUPFD_CLOEXEC, ferry_fd_park_min());
+		smr->block_fd = ferry_fd_dup(blk.fd);
 		if (smr->block_fd < 0)
 			goto err_free;
 		smr->block_id = blk.id;

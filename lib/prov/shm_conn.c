@@ -415,7 +415,7 @@ int shm_qp_exchange_begin(struct ferry_qp *fqp, int sock)
 	if (!conn)
 		return -1;
 	conn->peer_cq_efd = conn->peer_kick_efd = -1;
-	conn->sock = fcntl(sock, F_DUPFD_CLOEXEC, ferry_fd_park_min());
+	conn->sock = ferry_fd_dup(sock);
 	if (conn->sock < 0)
 		goto err_free;
 

@@ -179,6 +179,9 @@ struct ferry_sock {
 	struct ferry_context *req_ctx;
 	struct ferry_sock *next;	/* in a listener's list */
 	int backlog, nready;
+	/* A refused request's socket or id, freed once its event is acked. */
+	struct ferry_sock *reap;
+	struct ferry_cm_id *reap_id;
 
 	/* Options, fixed when the connection is set up. */
 	uint32_t sbuf_size, rbuf_size;	/* SO_SNDBUF / SO_RCVBUF */

@@ -603,7 +603,7 @@ static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
 	if (!s) {
 		ferry_warn("sock: no memory for a connection request: rejecting it");
 		ferry_reject(ev->id, NULL, 0);
-		ferry_destroy_id(ev->id);
+		l->reap_id = ev->id;	/* after the event's ack (sock_conn_process) */
 		return;
 	}
 	s->id = ev->id;
@@ -626,7 +626,9 @@ static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
 err_reject:
 	ferry_info("sock: refusing a connection: %m");
 	ferry_reject(s->id, NULL, 0);
-	sock_free(s);
+	/* Destroying the id waits until its events are acked, and this one's
+	 * CONNECT_REQUEST is not yet: the socket goes after the ack. */
+	l->reap = s;
 }
 
 static struct ferry_sock *sock_unlink_pending(struct ferry_sock *l, struct ferry_cm_id *id)
@@ -707,6 +709,14 @@ void sock_conn_process(struct ferry_sock *s)
 		else
 			sock_conn_active_event(s, ev);
 		ferry_ack_cm_event(ev);
+		if (s->reap) {
+			sock_free(s->reap);
+			s->reap = NULL;
+		}
+		if (s->reap_id) {
+			ferry_destroy_id(s->reap_id);
+			s->reap_id = NULL;
+		}
 	}
 	if (!got && (s->state == SOCK_CONNECTING || s->state == SOCK_LISTENING))
 		sched_yield();
