@@ -26,6 +26,7 @@
 
 #include "check_suites.h"
 #include "cmtest.h"
+#include "sock/sock-internal.h"
 
 #define TS_TIMEOUT_MS 5000
 
@@ -1042,6 +1043,58 @@ START_TEST(test_integrity_stream)
 }
 END_TEST
 
+/*
+ * Credits count data messages only, as rsocket counts them: the credit
+ * and SGL updates a reader sends take none of its peer's credits, and the
+ * peer counts none of them as taken.  An rsocket peer grants back only
+ * the data it consumed, so a socket counting its updates too lost one
+ * credit per update and stalled (or wrapped around) after a few MiB.
+ */
+START_TEST(test_credits_count_data_only)
+{
+	size_t len = 2u << 20;
+	uint8_t *out = malloc(len), *in = malloc(len);
+	struct ferry_sock *sa, *sb;
+	int a, b;
+
+	ts_pair(&a, &b);
+	sa = sock_get(a);
+	sb = sock_get(b);
+	ck_assert_ptr_nonnull(sa);
+	ck_assert_ptr_nonnull(sb);
+	ts_fill(out, len, 13);
+	/* b reads 2 MiB: it publishes 32 ring halves and grants credits. */
+	{
+		struct ts_stream w = { .fd = a, .total = len, .seed = 5 };
+		pthread_t t;
+		size_t got = 0;
+
+		ck_assert_int_eq(pthread_create(&t, NULL, ts_stream_writer, &w), 0);
+		while (got < len) {
+			ssize_t n = ferry_sock_recv(b, in, len - got, 0);
+
+			ck_assert_int_gt(n, 0);
+			got += (size_t)n;
+		}
+		pthread_join(t, NULL);
+		ck_assert_int_eq(w.err, 0);
+	}
+	/* Every message b sent so far was an update: no credit taken ... */
+	ck_assert_uint_eq(sb->sseq_no, 0);
+	/* ... and a, which received them, counted none. */
+	ck_assert_uint_eq(atomic_load(&sa->rseq_no), 0);
+	/* b's data does take credits, one per message. */
+	ck_assert_int_eq(ferry_sock_send(b, "x", 1, 0), 1);
+	ts_read_all(a, in, 1);
+	ck_assert_uint_eq(sb->sseq_no, 1);
+	ck_assert_uint_eq(atomic_load(&sa->rseq_no), 1);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+	free(out);
+	free(in);
+}
+END_TEST
+
 /* --- direct placement (iomap) --- */
 
 /* Send one byte from @from and take it at @to: everything before has landed. */
@@ -1223,6 +1276,7 @@ Suite *sock_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_duplex_threads);
 	tcase_add_test(tc, test_integrity_stream);
+	tcase_add_test(tc, test_credits_count_data_only);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -67,7 +67,13 @@
 #define RS_PRIVATE_DATA_LEN	40
 #define RS_SGL_SIZE		2		/* entries of a target SGL */
 #define RS_MAX_TRANSFER		65536		/* one write at most */
-#define RS_QP_CTRL_SIZE		4		/* SQ slots and credits kept for control */
+/*
+ * Control messages (credit and SGL updates, control) take no receive
+ * credit: rsocket counts only data and IOMAP_SGL writes against the credits
+ * (its sseq_no), and grants back only the data messages its application
+ * consumed.  Data leaves RS_QP_CTRL_SIZE SQ slots and credits to them.
+ */
+#define RS_QP_CTRL_SIZE		4
 
 /* Message types: the top 3 bits of the immediate. */
 #define RS_OP_DATA		(0u << 29)
@@ -239,7 +245,7 @@ struct ferry_sock {
 	pthread_mutex_t cqlock;
 	_Atomic uint64_t r_received;	/* ring bytes arrived (absolute) */
 	_Atomic uint64_t r_consumed;	/* ring bytes read by the application */
-	_Atomic uint16_t rseq_no;	/* receive completions taken */
+	_Atomic uint16_t rseq_no;	/* data and IOMAP_SGL messages taken */
 	uint32_t recv_repost;		/* receives to post again (cqlock) */
 	atomic_uint closed;		/* SOCK_* end bits */
 	_Atomic uint64_t last_rx_ns;	/* last message from the peer */
@@ -309,12 +315,21 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 ssize_t sock_data_recv(struct ferry_sock *s, const struct iovec *iov, int iovcnt, int flags);
 /* Poll the CQ and act on what it held; returns completions taken. */
 int sock_progress(struct ferry_sock *s);
-int sock_send_ctrl(struct ferry_sock *s, uint32_t ctrl);
+/* Send control message @ctrl, waiting up to @timeout_ms for an SQ slot
+ * (0: not at all, EAGAIN). */
+int sock_send_ctrl(struct ferry_sock *s, uint32_t ctrl, int timeout_ms);
 void sock_give_credits(struct ferry_sock *s, bool force);
 int sock_post_initial_recvs(struct ferry_sock *s);
+/* Receives posted: a WQE for every credit granted, and for each control
+ * message the peer may have in flight, so that neither meets RNR. */
+static inline uint32_t sock_recv_depth(const struct ferry_sock *s)
+{
+	return s->rq_size + RS_QP_CTRL_SIZE;
+}
 uint64_t sock_readable_bytes(struct ferry_sock *s);
 bool sock_writable(struct ferry_sock *s);
-/* Post one write (plock held); only WRITE_WITH_IMM takes a credit. */
+/* Post one write (plock held).  Only a WRITE_WITH_IMM of data or
+ * IOMAP_SGL takes a credit. */
 int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge *sge,
 		 int nsge, unsigned int flags, uint64_t raddr, uint32_t rkey, uint32_t imm,
 		 uint32_t sbuf_bytes, bool force_signal);
@@ -322,6 +337,7 @@ uint32_t sock_stage(struct ferry_sock *s, uint32_t len, const struct iovec **iov
 		    size_t *off_p, uint8_t small[SOCK_SMALL_MAX], struct ferry_sge sge[2],
 		    int *nsge_p, unsigned int *flags_p);
 uint16_t sock_credits(struct ferry_sock *s);
+bool sock_ctrl_avail(struct ferry_sock *s);
 int sock_send_error(struct ferry_sock *s);
 /* Wait until all sent data has completed (linger); false on timeout. */
 bool sock_drain_sends(struct ferry_sock *s, int timeout_ms);

@@ -377,7 +377,8 @@ int ferry_sock_shutdown(int fd, int how)
 	pthread_mutex_lock(&s->slock);
 	closed = atomic_fetch_or(&s->closed, SOCK_SHUT_WR);
 	if (!(closed & (SOCK_SHUT_WR | SOCK_RESET | SOCK_PEER_GONE)))
-		sock_send_ctrl(s, how == SHUT_RDWR ? RS_CTRL_DISCONNECT : RS_CTRL_SHUTDOWN);
+		sock_send_ctrl(s, how == SHUT_RDWR ? RS_CTRL_DISCONNECT : RS_CTRL_SHUTDOWN,
+			       SOCK_CM_TIMEOUT_MS);
 	if (how == SHUT_RDWR)
 		atomic_fetch_or(&s->closed, SOCK_DISC_SENT);
 	pthread_mutex_unlock(&s->slock);
@@ -397,7 +398,7 @@ static void sock_close_connected(struct ferry_sock *s)
 	pthread_mutex_lock(&s->slock);
 	closed = atomic_fetch_or(&s->closed, SOCK_DISC_SENT | SOCK_SHUT_WR);
 	if (!(closed & (SOCK_DISC_SENT | SOCK_RESET)) && !(s->linger_on && !s->linger_s))
-		sock_send_ctrl(s, RS_CTRL_DISCONNECT);
+		sock_send_ctrl(s, RS_CTRL_DISCONNECT, SOCK_CM_TIMEOUT_MS);
 	pthread_mutex_unlock(&s->slock);
 	if (wait_ms > 0 && !(atomic_load(&s->closed) & SOCK_RESET))
 		sock_drain_sends(s, wait_ms);

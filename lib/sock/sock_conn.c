@@ -178,7 +178,7 @@ static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 	fcntl(s->cch->fd, F_SETFL, fcntl(s->cch->fd, F_GETFL) | O_NONBLOCK);
 	if (sock_epoll_add(s, s->cch->fd) < 0)
 		return -1;
-	s->cq = ferry_create_cq(s->ctx, (int)(s->sq_size + s->rq_size), s, s->cch, 0);
+	s->cq = ferry_create_cq(s->ctx, (int)(s->sq_size + sock_recv_depth(s)), s, s->cch, 0);
 	if (!s->cq)
 		return -1;
 
@@ -297,7 +297,7 @@ static int sock_conn_resources(struct ferry_sock *s)
 	attr.recv_cq = s->cq;
 	attr.qp_type = FERRY_QPT_RC;
 	attr.cap.max_send_wr = s->sq_size;
-	attr.cap.max_recv_wr = s->rq_size;
+	attr.cap.max_recv_wr = sock_recv_depth(s);
 	attr.cap.max_send_sge = 2;
 	attr.cap.max_recv_sge = 1;
 	attr.cap.max_inline_data = s->inline_size;

@@ -8,6 +8,14 @@
  * are 16 bits wide and compared modulo 2^16, as the 16-bit credits field
  * of the connect data implies; ring positions are absolute 64-bit byte
  * counts, taken modulo the (power of two) ring size.
+ *
+ * Credits count data and IOMAP_SGL messages only, on both sides, as
+ * rsocket counts them: a credit or SGL update and a control message take
+ * none.  Counting those too (as this file once did) is harmless between
+ * two ferry ends but not against rsocket, whose grants then fall behind
+ * what ferry thinks it has sent: ferry's credits shrink by one per update
+ * it sends until it stalls with the peer waiting on it, or wrap around
+ * 2^16 and overrun the peer.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -33,6 +41,12 @@
 static inline uint32_t rs_imm(uint32_t op, uint32_t value)
 {
 	return htobe32(op | (value & RS_VALUE_MASK));
+}
+
+/* Does a message of this type take one of the receiver's credits? */
+static inline bool rs_op_takes_credit(uint32_t op)
+{
+	return op == RS_OP_DATA || op == RS_OP_IOMAP_SGL;
 }
 
 /* --- posting (plock held) --- */
@@ -83,8 +97,11 @@ int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge
 	}
 	if (signal)
 		s->unsignaled = s->unsignaled_bytes = 0;
-	if (op == FERRY_WR_RDMA_WRITE_WITH_IMM)
-		s->sseq_no++;	/* a plain write takes no receive credit */
+	/* Neither a plain write nor an update or control message takes a
+	 * receive credit. */
+	if (op == FERRY_WR_RDMA_WRITE_WITH_IMM &&
+	    rs_op_takes_credit(be32toh(imm) & RS_OP_MASK))
+		s->sseq_no++;
 	atomic_fetch_sub(&s->sqe_avail, 1);
 	return 0;
 }
@@ -103,21 +120,41 @@ uint16_t sock_credits(struct ferry_sock *s)
 			  s->sseq_no);
 }
 
-/* A 0-byte control message; takes plock.  Credits permitting, or relying
- * on the peer's RNR retry when they are all gone (as rsocket does). */
-int sock_send_ctrl(struct ferry_sock *s, uint32_t ctrl)
+/* An SQ slot is free for a control message (plock held, or as a hint). */
+bool sock_ctrl_avail(struct ferry_sock *s)
 {
-	int ret, tries = 0;
+	return atomic_load(&s->sqe_avail) > 0;
+}
+
+static bool sock_ctrl_ready(struct ferry_sock *s)
+{
+	sock_progress(s);
+	return sock_ctrl_avail(s) || (atomic_load(&s->closed) & SOCK_RESET);
+}
+
+/*
+ * A 0-byte control message; takes plock.  The caller holds none of the
+ * locks sock_wait's sleeper needs (slock is fine).  Data leaves SQ slots
+ * to control messages, so the wait is rare; it is bounded by @timeout_ms.
+ */
+int sock_send_ctrl(struct ferry_sock *s, uint32_t ctrl, int timeout_ms)
+{
+	uint64_t deadline = sock_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	int ret;
 
 	if (!s->qp)
 		return ERR(ENOTCONN);
 	for (;;) {
 		pthread_mutex_lock(&s->plock);
-		if (atomic_load(&s->sqe_avail) > 0)
+		if (sock_ctrl_avail(s))
 			break;
 		pthread_mutex_unlock(&s->plock);
-		if (sock_progress(s) == 0 && ++tries > 100000)
-			return ERR(ENOBUFS);
+		if (atomic_load(&s->closed) & SOCK_RESET)
+			return ERR(ECONNRESET);
+		if (timeout_ms <= 0)
+			return ERR(EAGAIN);
+		if (sock_wait(s, sock_ctrl_ready, deadline) < 0)
+			return -1;
 	}
 	ret = sock_post_write(s, NULL, 0, 0, s->remote_sgl.addr, s->remote_sgl.key,
 			      rs_imm(RS_OP_CTRL, ctrl), 0, true);
@@ -150,7 +187,7 @@ void sock_give_credits(struct ferry_sock *s, bool force)
 	limit = (uint16_t)(rseq + s->rq_size);
 	publish = s->r_published + half <= consumed + s->rbuf_size;
 	credit = (uint16_t)(limit - s->rseq_comp) >= s->rq_size / 2;
-	if ((!publish && !credit && !force) || atomic_load(&s->sqe_avail) <= 0) {
+	if ((!publish && !credit && !force) || !sock_ctrl_avail(s)) {
 		pthread_mutex_unlock(&s->plock);
 		return;
 	}
@@ -202,7 +239,7 @@ static int sock_post_recvs(struct ferry_sock *s, uint32_t n)
 
 int sock_post_initial_recvs(struct ferry_sock *s)
 {
-	return sock_post_recvs(s, s->rq_size);
+	return sock_post_recvs(s, sock_recv_depth(s));
 }
 
 /* A failed completion: the connection is gone, orderly or not. */
@@ -222,6 +259,8 @@ static void sock_recv_msg(struct ferry_sock *s, uint32_t imm, bool *answer)
 {
 	uint32_t value = imm & RS_VALUE_MASK;
 
+	if (rs_op_takes_credit(imm & RS_OP_MASK))
+		atomic_fetch_add(&s->rseq_no, 1);
 	switch (imm & RS_OP_MASK) {
 	case RS_OP_DATA:
 		atomic_fetch_add_explicit(&s->r_received, value, memory_order_release);
@@ -265,7 +304,6 @@ int sock_progress(struct ferry_sock *s)
 					continue;
 				}
 				got_recv = true;
-				atomic_fetch_add(&s->rseq_no, 1);
 				sock_recv_msg(s, be32toh(wc[i].imm_data), &answer);
 			} else {
 				if (wc[i].status != FERRY_WC_SUCCESS)
@@ -295,7 +333,12 @@ int sock_progress(struct ferry_sock *s)
 
 /* --- sending --- */
 
-/* Bytes that may go in the next write; slock held. */
+/*
+ * Bytes that may go in the next write; slock held.  The last
+ * RS_QP_CTRL_SIZE credits stay unused: an rsocket receiver posts one
+ * receive per credit it grants, so the control messages in flight find
+ * receives too and never wait on the peer's RNR retries.
+ */
 static uint32_t sock_send_space(struct ferry_sock *s)
 {
 	volatile struct rs_sge *t = &s->target_sgl[s->target_idx];

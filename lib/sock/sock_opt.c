@@ -433,10 +433,13 @@ static void sock_ka_visit(struct ferry_sock *s, uint64_t now)
 		return;
 	if (s->ka_next_ns && now < s->ka_next_ns)
 		return;
+	/* No SQ slot (sock_send_ctrl): probe on a later visit. */
+	if (!sock_ctrl_avail(s))
+		return;
 	s->ka_probe_rx_ns = last;
 	s->ka_probe_acked = false;
 	s->ka_next_ns = now + (uint64_t)s->keepintvl * 1000000000u;
-	sock_send_ctrl(s, RS_CTRL_KEEPALIVE);
+	sock_send_ctrl(s, RS_CTRL_KEEPALIVE, 0);
 }
 
 static void *sock_ka_thread(void *arg)
