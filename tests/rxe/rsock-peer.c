@@ -7,12 +7,17 @@
  *   rsock-peer -s [-a ADDR] [-p PORT]             serve one client: echo
  *   rsock-peer -c ADDR [-p PORT] [-b BYTES]       send BYTES in writes of
  *                                                 random sizes, read the echo
- *                                                 back and compare
+ *                                                 back in reads of random
+ *                                                 sizes and compare
+ *
+ * The client writes and reads in turn without blocking (see client()), in
+ * one thread, as an echo client with large writes must.
  *
  * Exit status 0 when the bytes came back intact, 1 otherwise.
  */
 #include <errno.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,66 +96,126 @@ static int serve(const char *host, const char *port)
 	return n == 0 ? 0 : 1;
 }
 
+/* The client: what it has written and read back so far. */
+struct echo_client {
+	int fd;
+	uint64_t bytes;		/* to send, and to get back */
+	uint64_t sent, got;
+	uint8_t out[CHUNK_MAX];	/* the write under way */
+	size_t out_len, out_done;
+	unsigned int wseed, rseed;
+};
+
+/* Write what it can without blocking: 1 progressed, 0 would block, -1 failed. */
+static int client_write_some(struct echo_client *c)
+{
+	ssize_t k;
+	size_t i;
+
+	if (c->out_done == c->out_len) {
+		c->out_len = 1 + (size_t)rand_r(&c->wseed) % CHUNK_MAX;
+		if (c->out_len > c->bytes - c->sent)
+			c->out_len = (size_t)(c->bytes - c->sent);
+		for (i = 0; i < c->out_len; i++)
+			c->out[i] = pattern(c->sent + i);
+		c->out_done = 0;
+	}
+	k = rsend(c->fd, c->out + c->out_done, c->out_len - c->out_done, MSG_DONTWAIT);
+	if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (k <= 0) {
+		fprintf(stderr, "rsock-peer: send after %llu bytes: %s\n",
+			(unsigned long long)c->sent, k ? strerror(errno) : "sent nothing");
+		return -1;
+	}
+	c->out_done += (size_t)k;
+	c->sent += (uint64_t)k;
+	if (c->sent == c->bytes && rshutdown(c->fd, SHUT_WR) < 0) {
+		perror("rsock-peer: shutdown");
+		return -1;
+	}
+	return 1;
+}
+
+/* Read what is there, in a read of random size, and check it. */
+static int client_read_some(struct echo_client *c)
+{
+	static uint8_t in[CHUNK_MAX];
+	size_t len = 1 + (size_t)rand_r(&c->rseed) % CHUNK_MAX, i;
+	ssize_t k;
+
+	if (len > c->bytes - c->got)
+		len = (size_t)(c->bytes - c->got);
+	k = rrecv(c->fd, in, len, MSG_DONTWAIT);
+	if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (k <= 0) {
+		fprintf(stderr, "rsock-peer: recv after %llu bytes: %s\n",
+			(unsigned long long)c->got, k ? strerror(errno) : "EOF");
+		return -1;
+	}
+	for (i = 0; i < (size_t)k; i++) {
+		if (in[i] != pattern(c->got + i)) {
+			fprintf(stderr, "rsock-peer: byte %llu differs\n",
+				(unsigned long long)(c->got + i));
+			return -1;
+		}
+	}
+	c->got += (uint64_t)k;
+	return 1;
+}
+
 static int client(const char *host, const char *port, uint64_t bytes)
 {
-	static uint8_t out[CHUNK_MAX], in[CHUNK_MAX];
-	uint64_t sent = 0, got = 0;
+	static struct echo_client c = { .wseed = 1, .rseed = 2 };
 	struct addrinfo *ai;
-	unsigned int seed = 1;
-	int s;
+	uint8_t end;
+	int w = 0, r;
 
 	if (peer_addr(host, port, &ai) < 0)
 		return 1;
-	s = rsocket(AF_INET, SOCK_STREAM, 0);
-	if (s < 0 || rconnect(s, ai->ai_addr, ai->ai_addrlen) < 0) {
+	c.fd = rsocket(AF_INET, SOCK_STREAM, 0);
+	if (c.fd < 0 || rconnect(c.fd, ai->ai_addr, ai->ai_addrlen) < 0) {
 		perror("rsock-peer: connect");
 		return 1;
 	}
 	freeaddrinfo(ai);
-	/* Lock-step: a write of random size, then read its echo in full. */
-	while (sent < bytes) {
-		size_t len = 1 + (size_t)rand_r(&seed) % CHUNK_MAX, i;
-		uint64_t start = sent;
+	c.bytes = bytes;
+	if (!bytes && rshutdown(c.fd, SHUT_WR) < 0)
+		return 1;
+	/*
+	 * Write and read in turn, blocking only when neither can go on: a
+	 * client that wrote a whole chunk before reading its echo deadlocked,
+	 * against rsocket as against ferry, whenever the chunk was more than
+	 * the two receive rings could hold -- as little as 128 KiB with the
+	 * default rings, which rsocket publishes to the writer half by half.
+	 * (Reading on a thread of its own is no way out: rsocket's rrecv and
+	 * rsend race on the receive ring's free count.)
+	 */
+	while (c.got < bytes) {
+		if (c.sent < bytes && (w = client_write_some(&c)) < 0)
+			return 1;
+		if ((r = client_read_some(&c)) < 0)
+			return 1;
+		if (w <= 0 && r == 0) {
+			struct pollfd p = { .fd = c.fd, .events = POLLIN };
 
-		if (len > bytes - sent)
-			len = (size_t)(bytes - sent);
-		for (i = 0; i < len; i++)
-			out[i] = pattern(start + i);
-		for (i = 0; i < len;) {
-			ssize_t k = rsend(s, out + i, len - i, 0);
-
-			if (k <= 0) {
-				perror("rsock-peer: send");
+			if (c.sent < bytes)
+				p.events |= POLLOUT;
+			if (rpoll(&p, 1, -1) < 0) {
+				perror("rsock-peer: poll");
 				return 1;
 			}
-			i += (size_t)k;
 		}
-		sent += len;
-		while (got < sent) {
-			ssize_t k = rrecv(s, in, (size_t)(sent - got), 0);
-
-			if (k <= 0) {
-				fprintf(stderr, "rsock-peer: recv: %s\n", k ? strerror(errno) : "EOF");
-				return 1;
-			}
-			for (i = 0; i < (size_t)k; i++) {
-				if (in[i] != pattern(got + i)) {
-					fprintf(stderr, "rsock-peer: byte %llu differs\n",
-						(unsigned long long)(got + i));
-					return 1;
-				}
-			}
-			got += (uint64_t)k;
-		}
+		w = 0;
 	}
-	rshutdown(s, SHUT_WR);
-	if (rrecv(s, in, 1, 0) != 0) {
+	if (rrecv(c.fd, &end, 1, 0) != 0) {
 		fprintf(stderr, "rsock-peer: no EOF after the echo\n");
 		return 1;
 	}
-	rclose(s);
+	rclose(c.fd);
 	printf("rsock-peer(%s): %llu bytes echoed intact\n", PEER_NAME,
-	       (unsigned long long)got);
+	       (unsigned long long)c.got);
 	return 0;
 }
 
