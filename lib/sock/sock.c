@@ -298,6 +298,18 @@ static bool sock_connect_done(struct ferry_sock *s)
 	return done;
 }
 
+/* The connect request is on its way to the peer, or the connect is over. */
+static bool sock_connect_sent(struct ferry_sock *s)
+{
+	bool sent;
+
+	pthread_mutex_lock(&s->cm_lock);
+	sock_conn_process(s);
+	sent = s->state != SOCK_CONNECTING || s->qp;
+	pthread_mutex_unlock(&s->cm_lock);
+	return sent;
+}
+
 int ferry_sock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
 	struct ferry_sock *s = sock_get(fd);
@@ -333,6 +345,15 @@ int ferry_sock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	else if (ret < 0)
 		return -1;
 	if (atomic_load(&s->nonblock)) {
+		/*
+		 * Address and route resolution are local steps (at most the
+		 * CM's timeouts), taken here: nothing but the caller takes a
+		 * connecting socket's CM steps, and the peer must see the
+		 * request without this socket being polled again, as a TCP
+		 * peer sees the SYN.  Failures show in SO_ERROR.
+		 */
+		sock_wait(s, sock_connect_sent,
+			  sock_now_ns() + 2ull * SOCK_CM_TIMEOUT_MS * 1000000u);
 		/* Even a connection refused at once is reported through
 		 * SO_ERROR, as a non-blocking TCP connect does. */
 		if (sock_connect_done(s) && s->state == SOCK_CONNECTED)
