@@ -297,7 +297,7 @@ FP_EXPORT int listen(int fd, int backlog)
 		ret = fp_real.listen(fd, backlog);
 		if (ret < 0 && ferry) {
 			err = errno;
-			fp_free(fp_set(fd, NULL));
+			fp_set(fd, NULL);
 			fp_acceptor_del(e);
 			FP_ENTER();
 			ferry_sock_close(e->ferry_fd);
