@@ -60,6 +60,7 @@ struct fp_ep {
 	bool kernel_known;
 	int nkernel;
 	unsigned int calls;		/* epoll_waits that found ferry events */
+	unsigned int waits;		/* epoll_waits */
 	struct fp_ep *next;		/* in fp_eps */
 };
 
@@ -390,7 +391,10 @@ static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, boo
 		}
 		rev &= (short)(it->events | EPOLLERR | EPOLLHUP);
 		if (!rev) {
-			it->pending = it->ready = it->et_seen = false;
+			/* A listener whose kernel half was not asked this time
+			 * stays to be looked at. */
+			it->pending = it->e->kind == FP_LISTEN && it->kernel_hint && !kernel_too;
+			it->ready = it->et_seen = false;
 			continue;
 		}
 		if (et && it->et_seen && !it->pending)
@@ -496,6 +500,15 @@ static int fp_epoll_wait(int epfd, struct epoll_event *events, int max, int64_t 
 	start = fp_now_ns();
 	deadline = timeout_ns < 0 ? 0 : start + (uint64_t)timeout_ns;
 	spin_end = start + (uint64_t)sock_poll_us() * 1000u;
+	/* A program kept busy by ready items never sleeps, and only a sleep
+	 * asks the hidden set: every so often it is asked without one, so
+	 * that what it holds (a listener's kernel half, wake-ups) is not
+	 * starved. */
+	if (!(++ep->waits & 15)) {
+		k = fp_real.epoll_wait(ep->hidden, hev, 64, 0);
+		if (k > 0)
+			fp_ep_woken(ep, hev, k);
+	}
 	for (;;) {
 		spinning = ep->nitems <= FP_EP_SPIN_ITEMS && fp_now_ns() < spin_end;
 		armed = false;
