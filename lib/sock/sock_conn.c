@@ -225,6 +225,24 @@ static bool sock_conn_spare_fits(const struct ferry_sock *l, const struct ferry_
 static _Atomic(struct ferry_sock *) sock_spare;
 static _Atomic pid_t sock_spare_pid;
 
+/*
+ * Let go of spare @sp, made by process @owner.  The parent's spare in a
+ * child of fork() shares its memfds and epoll sets with the parent: only
+ * this process's copies go (as sock_forget does), nothing the parent
+ * relies on is changed -- no MR slot cleared, no epoll entry removed.
+ */
+static void sock_spare_release(struct ferry_sock *sp, pid_t owner)
+{
+	if (owner != getpid()) {
+		sp->detached = true;
+		if (sp->pd)
+			ferry_pd_detach(sp->pd);
+		if (sp->cq)
+			ferry_cq_detach(sp->cq);
+	}
+	sock_free(sp);
+}
+
 static void sock_conn_connect_spare_make(const struct ferry_sock *s)
 {
 	struct ferry_sock *sp, *none = NULL;
@@ -254,8 +272,12 @@ static void sock_conn_connect_spare_take(struct ferry_sock *s, struct ferry_cont
 {
 	struct ferry_sock *sp = atomic_exchange(&sock_spare, NULL);
 
-	if (!sp || atomic_load(&sock_spare_pid) != getpid())
-		return;	/* none, or the parent's (left to it) */
+	if (!sp)
+		return;
+	if (atomic_load(&sock_spare_pid) != getpid()) {
+		sock_spare_release(sp, atomic_load(&sock_spare_pid));	/* the parent's */
+		return;
+	}
 	if (!sock_conn_spare_fits(s, sp, ctx) || sock_epoll_add(s, sp->cch->fd) < 0) {
 		sock_free(sp);
 		return;
@@ -322,10 +344,10 @@ void sock_conn_teardown(struct ferry_sock *s)
 {
 	struct ferry_sock *p;
 
-	/* A spare made by the parent before fork() is its: leave it alone
-	 * (its MR table is shared memory, which a dereg here would clear). */
-	if (s->spare && s->spare_pid == getpid())
-		sock_free(s->spare);
+	/* A spare made by the parent before fork() is released here without
+	 * touching what the parent shares (its MR table, its epoll sets). */
+	if (s->spare)
+		sock_spare_release(s->spare, s->spare_pid);
 	s->spare = NULL;
 	/* A listener's accepted sockets nobody took. */
 	while ((p = s->pending) || (p = s->ready)) {
@@ -553,7 +575,9 @@ static struct ferry_sock *sock_conn_new_accepted(struct ferry_sock *l,
 {
 	struct ferry_sock *s = l->spare_pid == getpid() ? l->spare : NULL;
 
-	l->spare = NULL;	/* used, dropped, or the parent's (left alone) */
+	if (l->spare && !s)
+		sock_spare_release(l->spare, l->spare_pid);	/* the parent's */
+	l->spare = NULL;	/* used or dropped */
 	l->req_ctx = ctx;
 	if (s && sock_conn_spare_fits(l, s, ctx)) {
 		sock_stat_attach(s);	/* a socket from now on: ferry-stat lists it */
@@ -574,8 +598,10 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 {
 	struct ferry_sock *s;
 
-	if (l->spare && l->spare_pid != getpid())
-		l->spare = NULL;	/* the parent's, from before fork(): left alone */
+	if (l->spare && l->spare_pid != getpid()) {
+		sock_spare_release(l->spare, l->spare_pid);	/* the parent's */
+		l->spare = NULL;
+	}
 	if (l->spare || !l->req_ctx || l->state != SOCK_LISTENING)
 		return;
 	s = sock_new(l->domain, false, true);
