@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -472,9 +473,14 @@ static void *st_flip(void *arg)
 {
 	struct st_flipper *f = arg;
 	struct sock_stat_slot *s = f->slot;
-	uint32_t v = 0;
+	uint32_t v = 0, flips = 0;
 
 	while (!atomic_load(&f->stop)) {
+		/* Now and then let the reader run: under valgrind, which runs
+		 * one thread at a time, a writer that never yields starves it
+		 * for whole time slices (the test then takes many minutes). */
+		if (v == 1000 && !(++flips & 63))
+			sched_yield();
 		v = v == 1000 ? 2000 : 1000;
 		__atomic_store_n(&s->seq, s->seq + 1, __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_RELEASE);
