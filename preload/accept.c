@@ -103,6 +103,22 @@ static int fp_acceptor_start(void)
 	return 0;
 }
 
+/*
+ * fork (fork.c): the acceptor visits listeners holding fp_acc.lock, and
+ * their cm_lock and lib/sock's locks inside, so fork() holds it across:
+ * taken before any pthread_atfork handler runs, which keeps the order the
+ * acceptor itself takes them in (this lock first).
+ */
+void fp_acceptor_fork_lock(void)
+{
+	pthread_mutex_lock(&fp_acc.lock);
+}
+
+void fp_acceptor_fork_unlock(void)
+{
+	pthread_mutex_unlock(&fp_acc.lock);
+}
+
 int fp_acceptor_add(struct fp_fd *e)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = e };

@@ -190,7 +190,9 @@ FP_EXPORT pid_t fork(void)
 	fp_for_each(fp_fork_prepare_listener, NULL);
 	fp_for_each(fp_fork_quiet, NULL);
 	fp_for_each(fp_fork_ref, &up);
+	fp_acceptor_fork_lock();
 	pid = fp_real.fork();
+	fp_acceptor_fork_unlock();
 	if (pid < 0) {
 		int err = errno;
 

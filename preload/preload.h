@@ -218,6 +218,9 @@ int fp_acceptor_add(struct fp_fd *e);
 void fp_acceptor_del(struct fp_fd *e);
 /* Has @e's ferry listener a connection to accept?  (FP_ENTER'd caller.) */
 bool fp_acceptor_ready(struct fp_fd *e);
+/* Held across fork() (fork.c). */
+void fp_acceptor_fork_lock(void);
+void fp_acceptor_fork_unlock(void);
 
 /* --- fork.c --- */
 

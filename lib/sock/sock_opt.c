@@ -468,13 +468,43 @@ static void *sock_ka_thread(void *arg)
 }
 
 /* Put a connected socket under the service (idempotent). */
+/*
+ * fork: the service thread visits sockets holding ka_lock, and their own
+ * locks inside.  Holding ka_lock across fork() means it is not in a visit
+ * then, so a child never inherits a socket lock it took (a child reading
+ * an inherited connection would wait for it forever).
+ */
+static void sock_ka_atfork_prepare(void)
+{
+	pthread_mutex_lock(&ka_lock);
+}
+
+static void sock_ka_atfork_parent(void)
+{
+	pthread_mutex_unlock(&ka_lock);
+}
+
+static void sock_ka_atfork_child(void)
+{
+	pthread_mutex_unlock(&ka_lock);
+	pthread_cond_init(&ka_cond, NULL);	/* its waiter is the parent's */
+}
+
+static void sock_ka_atfork_register(void)
+{
+	pthread_atfork(sock_ka_atfork_prepare, sock_ka_atfork_parent, sock_ka_atfork_child);
+}
+
 void sock_ka_update(struct ferry_sock *s)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
 	pthread_t th;
 	pthread_attr_t attr;
 
 	if (!sock_is_connected(s))
 		return;
+	pthread_once(&once, sock_ka_atfork_register);
 	pthread_mutex_lock(&ka_lock);
 	if (!s->in_ka_list) {
 		s->ka_next = ka_list;
