@@ -7,11 +7,14 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <check.h>
 
 #include "check_suites.h"
 #include "testutil.h"
+#include "prov/shm-internal.h"
 
 START_TEST(test_device_list)
 {
@@ -495,6 +498,114 @@ START_TEST(test_strings)
 }
 END_TEST
 
+/*
+ * shm: a PD's MR table is a piece of the process's arena; the next PD gets
+ * it back with every slot's key generation kept, so a key of the first PD
+ * opens nothing of the second.
+ */
+START_TEST(test_arena_table_reuse)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	char *buf = ferry_alloc(4096);
+	struct ferry_pd *pd;
+	struct ferry_mr *mr;
+	struct shm_mr_entry *table;
+	uint32_t old_key;
+
+	ck_assert_ptr_nonnull(ctx);
+	ck_assert_ptr_nonnull(buf);
+	pd = ferry_alloc_pd(ctx);
+	ck_assert_ptr_nonnull(pd);
+	table = to_spd(pd)->table;
+	mr = ferry_reg_mr(pd, buf, 4096, FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE);
+	ck_assert_ptr_nonnull(mr);
+	old_key = mr->rkey;
+	ck_assert_int_eq(ferry_dereg_mr(mr), 0);
+	ck_assert_int_eq(ferry_dealloc_pd(pd), 0);
+
+	pd = ferry_alloc_pd(ctx);
+	ck_assert_ptr_nonnull(pd);
+	ck_assert_ptr_eq(to_spd(pd)->table, table);	/* the same piece, reused */
+	mr = ferry_reg_mr(pd, buf, 4096, FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE);
+	ck_assert_ptr_nonnull(mr);
+	ck_assert_uint_eq(SHM_KEY_INDEX(mr->rkey), SHM_KEY_INDEX(old_key));
+	ck_assert_uint_ne(mr->rkey, old_key);
+	ck_assert_int_eq(ferry_dereg_mr(mr), 0);
+	ck_assert_int_eq(ferry_dealloc_pd(pd), 0);
+	ferry_free(buf);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
+/* Notify words: a cache line each, in one segment, zero when handed out. */
+START_TEST(test_arena_notify)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	struct ferry_cq *a, *b;
+	struct shm_cq *sa, *sb;
+	uintptr_t d;
+
+	ck_assert_ptr_nonnull(ctx);
+	a = ferry_create_cq(ctx, 4, NULL, NULL, 0);
+	b = ferry_create_cq(ctx, 4, NULL, NULL, 0);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	sa = to_scq(a);
+	sb = to_scq(b);
+	ck_assert_ptr_eq(sa->notify_piece.seg, sb->notify_piece.seg);
+	d = (uintptr_t)sa->notify > (uintptr_t)sb->notify ?
+	    (uintptr_t)sa->notify - (uintptr_t)sb->notify :
+	    (uintptr_t)sb->notify - (uintptr_t)sa->notify;
+	ck_assert_uint_ge(d, 64);
+	ck_assert_uint_eq((uintptr_t)sa->notify % 64, 0);
+	ck_assert_int_eq(ferry_req_notify_cq(a, 0), 0);
+	ck_assert_uint_ne(atomic_load(&sa->notify->word), 0);
+	ck_assert_int_eq(ferry_destroy_cq(a), 0);
+	a = ferry_create_cq(ctx, 4, NULL, NULL, 0);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_uint_eq(atomic_load(&to_scq(a)->notify->word), 0);
+	ck_assert_int_eq(ferry_destroy_cq(a), 0);
+	ck_assert_int_eq(ferry_destroy_cq(b), 0);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
+/*
+ * After fork the child never hands out its parent's pieces: neither the
+ * parent's free ones nor one it gives back itself.
+ */
+START_TEST(test_arena_fork)
+{
+	struct shm_piece mine, kept, other;
+	uint8_t *mine_addr;
+	int status;
+	pid_t pid;
+
+	ck_assert_int_eq(shm_arena_get(64, &mine), 0);
+	ck_assert_int_eq(shm_arena_get(64, &kept), 0);
+	mine_addr = mine.addr;
+	shm_arena_put(&mine, 64);	/* free in the parent */
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct shm_piece p;
+		int ok = 1;
+
+		shm_arena_put(&kept, 64);	/* the parent's: not ours to reuse */
+		for (int i = 0; i < 64 && ok; i++)
+			ok = shm_arena_get(64, &p) == 0 && p.seg != kept.seg;
+		_exit(ok ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_assert_int_eq(shm_arena_get(64, &other), 0);
+	ck_assert_ptr_eq(other.addr, mine_addr);	/* the parent's free list is intact */
+	shm_arena_put(&other, 64);
+	shm_arena_put(&kept, 64);
+}
+END_TEST
+
 Suite *objects_suite(void)
 {
 	Suite *s = suite_create("objects");
@@ -524,5 +635,14 @@ Suite *objects_suite(void)
 	tcase_add_test(tc, test_qp_create_errors);
 	tcase_add_test(tc, test_post_in_reset);
 	suite_add_tcase(s, tc);
+
+	if (tu_on_shm()) {
+		tc = tcase_create("shm_arena");
+		tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
+		tcase_add_test(tc, test_arena_table_reuse);
+		tcase_add_test(tc, test_arena_notify);
+		tcase_add_test(tc, test_arena_fork);
+		suite_add_tcase(s, tc);
+	}
 	return s;
 }

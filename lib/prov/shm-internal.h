@@ -12,7 +12,9 @@
  *   - a CQ's *notify word* is written by its owner (arm / disarm) and read by
  *     peers that decide whether to signal the CQ's eventfd.
  *
- * These files are memfds sealed against shrinking and, after the owner has
+ * MR tables and notify words are pieces of the process's arena (shm_arena.c:
+ * a few large memfds, mapped once per peer process); a region is a memfd of
+ * its own.  All are sealed against shrinking and, after the owner has
  * mapped them, against any new writable mapping (F_SEAL_FUTURE_WRITE): a peer
  * can only map them read-only, so it can never corrupt what other peers see.
  * Memory from ferry_alloc() is a memfd the peer maps read-write: that is what
@@ -44,7 +46,7 @@
 #include "lock.h"
 
 #define SHM_MAGIC		0x46525931u	/* "FRY1" */
-#define SHM_VERSION		1u
+#define SHM_VERSION		2u	/* 2: pieces of arena segments */
 
 #define SHM_MAX_QP_WR		(1u << 15)	/* queue depth limit */
 #define SHM_MAX_SGE		16u
@@ -133,7 +135,8 @@ struct shm_region {
 /* --- out-of-band messages on the AF_UNIX SOCK_SEQPACKET socket --- */
 
 enum shm_msg_type {
-	SHM_MSG_HELLO = 1,	/* fds: MR table, recv CQ notify, recv CQ eventfd, kick eventfd */
+	SHM_MSG_HELLO = 1,	/* fds: segments of the MR table and of the recv CQ's
+				 * notify word, recv CQ eventfd, kick eventfd */
 	SHM_MSG_REGION = 2,	/* fds: region */
 	SHM_MSG_BLOCK = 3,	/* fds: one ferry_alloc block */
 };
@@ -148,6 +151,7 @@ struct shm_msg {
 	uint32_t rq_sge;	/* HELLO */
 	uint32_t pad;
 	uint64_t value;		/* REGION: region size; BLOCK: block id */
+	uint64_t off[2];	/* HELLO: MR table and notify word, in their segments */
 };
 
 #define SHM_HELLO_FDS	4
@@ -172,6 +176,35 @@ struct shm_mapping {
 struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot);
 void shm_unmap(struct shm_mapping *m);
 
+/* --- the arena: shared memory peers only read (shm_arena.c) --- */
+
+struct shm_aseg {
+	uint8_t *addr;			/* our read-write mapping */
+	size_t size;
+	int fd;				/* what peers map, read-only */
+	struct shm_aseg *next;
+};
+
+/* A piece of a segment: addr = seg->addr + off, size its class's. */
+struct shm_piece {
+	struct shm_aseg *seg;		/* NULL: none */
+	size_t off;
+	size_t size;
+	uint8_t *addr;
+};
+
+int shm_arena_get(size_t size, struct shm_piece *p);
+/* Give a piece back for reuse; its first @dirty bytes may be nonzero. */
+void shm_arena_put(struct shm_piece *p, size_t dirty);
+struct shm_mapping *shm_arena_map_peer(int fd, uint64_t off, uint64_t size, const void **addr_p);
+
+/*
+ * A descriptor shared by every connection that received a copy of the same
+ * file (the monitor eventfd of one peer process): kept once.
+ */
+int shm_fd_share(int fd);	/* takes @fd; returns the kept one, or -1 */
+void shm_fd_unshare(int fd);
+
 /* --- private objects --- */
 
 struct shm_context {
@@ -181,7 +214,7 @@ struct shm_context {
 struct shm_pd {
 	struct ferry_pd pd;
 	pthread_mutex_t lock;		/* MR slots, QP list */
-	int table_fd;			/* memfd of the MR table */
+	struct shm_piece table_piece;	/* the MR table, in the arena */
 	struct shm_mr_entry *table;	/* SHM_MR_TABLE_ENTRIES */
 	/* Slots [1, hwm) have been used.  Scans stop there: a read of a
 	 * shared-memory page allocates it, so a scan of the whole table would
@@ -195,7 +228,6 @@ struct shm_mr {
 	struct ferry_mr mr;
 	uint32_t index;
 	uint64_t block_id;
-	int block_fd;			/* dup of the block's fd, -1 if none */
 	size_t block_size;
 };
 
@@ -221,8 +253,8 @@ struct shm_cq {
 	int nqps;			/* QPs using this CQ at all */
 	int efd;			/* eventfd: the channel's epoll watches it */
 	bool detached;			/* ferry_cq_detach: the channel is shared */
-	int notify_fd;
-	struct shm_notify *notify;	/* our RW mapping of notify_fd */
+	struct shm_piece notify_piece;	/* the notify word, in the arena */
+	struct shm_notify *notify;
 	uint64_t gen;
 	unsigned int events, acked;
 };
@@ -265,10 +297,12 @@ struct shm_conn {
 	uint32_t rkey_access;
 	uint64_t rkey_addr, rkey_length;
 	uint8_t *rkey_base;		/* mapped address of rkey_addr */
-	struct shm_mapping *peer_table;		/* read-only */
-	struct shm_mapping *peer_notify;	/* read-only */
+	struct shm_mapping *peer_table_map;	/* segments, read-only */
+	struct shm_mapping *peer_notify_map;
+	const struct shm_mr_entry *peer_table;
+	const struct shm_notify *peer_notify;
 	int peer_cq_efd;		/* signals the peer's recv CQ */
-	int peer_kick_efd;		/* wakes the peer's monitor (RNR) */
+	int peer_kick_efd;		/* wakes the peer's monitor (RNR): shm_fd_share */
 	uint64_t last_signalled_gen;
 	struct shm_peer_block {
 		uint64_t id;
@@ -367,6 +401,12 @@ void shm_monitor_forget(struct shm_qp *qp);
 /* In a child of fork: a monitor of its own, watching the inherited QPs. */
 void shm_monitor_fork_child(void);
 void shm_monitor_watch(struct shm_qp *qp);
+/*
+ * shm_monitor_retire - our QP is gone but its peer may still read the
+ * region: hang up on it (@sock, taken) and give @piece back to the arena
+ * once the peer has closed its end.
+ */
+void shm_monitor_retire(int sock, struct shm_piece *piece, size_t dirty);
 int shm_monitor_kick_fd(void);
 int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size);
 

@@ -31,37 +31,6 @@ uint64_t shm_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/*
- * shm_memfd_map_owned - create a memfd of @size bytes that only we may write:
- * map it read-write, then seal it against new writable mappings, so the
- * peers we pass it to can only map it read-only.
- */
-static void *shm_memfd_map_owned(const char *name, size_t size, int *fd_p)
-{
-	int fd = ferry_memfd_create(name, size);
-	void *addr;
-
-	if (fd < 0)
-		return NULL;
-	addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (addr == MAP_FAILED) {
-		ferry_warn("mmap of %s (%zu bytes): %m", name, size);
-		goto err_close;
-	}
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0) {
-		ferry_warn("sealing %s: %m", name);
-		munmap(addr, size);
-		goto err_close;
-	}
-	*fd_p = fd;
-	return addr;
-
-err_close:
-	close(fd);
-	errno = ENOMEM;
-	return NULL;
-}
-
 /* --- mappings of peers' files --- */
 
 static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -142,6 +111,69 @@ void shm_unmap(struct shm_mapping *m)
 	pthread_mutex_unlock(&maps_lock);
 }
 
+static struct shm_shared_fd {
+	int fd;
+	dev_t dev;
+	ino_t ino;
+	int refs;
+	struct shm_shared_fd *next;
+} *shared_fds;
+
+int shm_fd_share(int fd)
+{
+	struct shm_shared_fd *f;
+	struct stat st;
+
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return -1;
+	}
+	pthread_mutex_lock(&maps_lock);
+	for (f = shared_fds; f; f = f->next) {
+		if (f->dev == st.st_dev && f->ino == st.st_ino) {
+			f->refs++;
+			pthread_mutex_unlock(&maps_lock);
+			close(fd);
+			return f->fd;
+		}
+	}
+	f = malloc(sizeof(*f));
+	if (f) {
+		f->fd = fd;
+		f->dev = st.st_dev;
+		f->ino = st.st_ino;
+		f->refs = 1;
+		f->next = shared_fds;
+		shared_fds = f;
+	}
+	pthread_mutex_unlock(&maps_lock);
+	if (!f) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+void shm_fd_unshare(int fd)
+{
+	struct shm_shared_fd **pp, *f;
+
+	if (fd < 0)
+		return;
+	pthread_mutex_lock(&maps_lock);
+	for (pp = &shared_fds; (f = *pp); pp = &f->next) {
+		if (f->fd == fd) {
+			if (--f->refs == 0) {
+				*pp = f->next;
+				close(fd);
+				free(f);
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&maps_lock);
+}
+
 /* --- device and context --- */
 
 static struct ferry_device shm_device = {
@@ -200,9 +232,9 @@ static struct ferry_pd *shm_alloc_pd(struct ferry_context *ctx)
 
 	if (!spd)
 		return NULL;
-	spd->table = shm_memfd_map_owned("ferry-mr-table", size, &spd->table_fd);
-	if (!spd->table)
+	if (shm_arena_get(size, &spd->table_piece) < 0)
 		goto err_free;
+	spd->table = (struct shm_mr_entry *)spd->table_piece.addr;
 	pthread_mutex_init(&spd->lock, NULL);
 	atomic_init(&spd->hwm, 1);	/* slot 0 stays unused: key 0 is never valid */
 	spd->pd.context = ctx;
@@ -247,8 +279,11 @@ static int shm_dealloc_pd(struct ferry_pd *pd)
 		return ERR(EBUSY);
 	}
 	pthread_mutex_unlock(&spd->lock);
-	munmap(spd->table, SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry));
-	close(spd->table_fd);
+	/* Every slot is free (rkey 0) and keeps its generation: the next PD
+	 * to get this table hands out keys no holder of an old one can use.
+	 * A detached table is also another process's: not ours to reuse. */
+	if (!spd->detached)
+		shm_arena_put(&spd->table_piece, 0);
 	pthread_mutex_destroy(&spd->lock);
 	free(spd);
 	return 0;
@@ -299,16 +334,21 @@ static uint32_t shm_pd_free_slot(struct shm_pd *spd)
  * Announcing happens before ferry_reg_mr returns, so the block's fd is in
  * the peer's socket before the rkey can possibly reach it.
  */
-static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id, int fd)
+static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
 {
 	struct shm_qp *qp;
+	int fd = -1;
 
 	for (qp = spd->qps; qp; qp = qp->pd_next) {
 		ferry_lock(&qp->sq_lock);
-		if (qp->conn)
+		if (qp->conn && fd < 0)
+			fd = ferry_block_dup_fd(block_id);
+		if (qp->conn && fd >= 0)
 			shm_conn_announce_block(qp->conn, block_id, fd);
 		ferry_unlock(&qp->sq_lock);
 	}
+	if (fd >= 0)
+		close(fd);
 }
 
 static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, int access)
@@ -326,11 +366,9 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	smr = calloc(1, sizeof(*smr));
 	if (!smr)
 		return NULL;
-	smr->block_fd = -1;
+	/* The block's fd stays the block's: announcements take a copy for
+	 * the time they need it, an MR holds none. */
 	if (ferry_block_find(addr, len, &blk)) {
-		smr->block_fd = ferry_fd_dup(blk.fd);
-		if (smr->block_fd < 0)
-			goto err_free;
 		smr->block_id = blk.id;
 		smr->block_size = blk.size;
 	}
@@ -340,7 +378,7 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	if (!idx) {
 		pthread_mutex_unlock(&spd->lock);
 		errno = ENOMEM;
-		goto err_close;
+		goto err_free;
 	}
 	e = &spd->table[idx];
 	key = SHM_KEY(idx, ++e->gen);	/* idx >= 1: never 0 */
@@ -353,7 +391,7 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	/* Peers need the block for one-sided access, and for SENDs into
 	 * receive buffers (LOCAL_WRITE): announce it for either. */
 	if (smr->block_id && access)
-		shm_pd_announce(spd, smr->block_id, smr->block_fd);
+		shm_pd_announce(spd, smr->block_id);
 	pthread_mutex_unlock(&spd->lock);
 
 	smr->index = idx;
@@ -366,9 +404,6 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	smr->mr.rkey = key;
 	return &smr->mr;
 
-err_close:
-	if (smr->block_fd >= 0)
-		close(smr->block_fd);
 err_free:
 	free(smr);
 	return NULL;
@@ -383,8 +418,6 @@ static int shm_dereg_mr(struct ferry_mr *mr)
 	if (!spd->detached)
 		atomic_store_explicit(&spd->table[smr->index].rkey, 0, memory_order_release);
 	pthread_mutex_unlock(&spd->lock);
-	if (smr->block_fd >= 0)
-		close(smr->block_fd);
 	free(smr);
 	return 0;
 }
@@ -486,10 +519,9 @@ static struct ferry_cq *shm_create_cq(struct ferry_context *ctx, int cqe,
 	scq->efd = ferry_fd_park(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (scq->efd < 0)
 		goto err_free;
-	scq->notify = shm_memfd_map_owned("ferry-cq-notify", sizeof(*scq->notify),
-					  &scq->notify_fd);
-	if (!scq->notify)
+	if (shm_arena_get(sizeof(*scq->notify), &scq->notify_piece) < 0)
 		goto err_close_efd;
+	scq->notify = (struct shm_notify *)scq->notify_piece.addr;
 	if (ch) {
 		ev.data.ptr = scq;
 		if (epoll_ctl(ch->fd, EPOLL_CTL_ADD, scq->efd, &ev) < 0)
@@ -502,8 +534,7 @@ static struct ferry_cq *shm_create_cq(struct ferry_context *ctx, int cqe,
 	return &scq->cq;
 
 err_unmap:
-	munmap(scq->notify, sizeof(*scq->notify));
-	close(scq->notify_fd);
+	shm_arena_put(&scq->notify_piece, sizeof(*scq->notify));
 err_close_efd:
 	close(scq->efd);
 err_free:
@@ -525,8 +556,8 @@ static int shm_destroy_cq(struct ferry_cq *cq)
 	 * process since fork: removing our eventfd would remove it there. */
 	if (cq->channel && !scq->detached)
 		epoll_ctl(cq->channel->fd, EPOLL_CTL_DEL, scq->efd, NULL);
-	munmap(scq->notify, sizeof(*scq->notify));
-	close(scq->notify_fd);
+	if (!scq->detached)
+		shm_arena_put(&scq->notify_piece, sizeof(*scq->notify));
 	close(scq->efd);
 	free(scq->ring);
 	free(scq->rqps);

@@ -239,10 +239,14 @@ static int shm_hello_send(struct shm_qp *qp, struct shm_conn *conn)
 	struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
 	struct shm_msg m = { .type = SHM_MSG_HELLO };
 	int kick = shm_monitor_kick_fd();
-	int fds[SHM_HELLO_FDS] = { to_spd(qp->qp.pd)->table_fd, rcq->notify_fd, rcq->efd, kick };
+	struct shm_pd *spd = to_spd(qp->qp.pd);
+	int fds[SHM_HELLO_FDS] = { spd->table_piece.seg->fd, rcq->notify_piece.seg->fd,
+				   rcq->efd, kick };
 
 	if (kick < 0)
 		return -1;
+	m.off[0] = spd->table_piece.off;
+	m.off[1] = rcq->notify_piece.off;
 	m.qp_num = qp->qp.qp_num;
 	m.psn = qp->sq_psn;
 	m.rq_size = qp->rq_size;
@@ -274,14 +278,23 @@ static int shm_hello_recv(struct shm_conn *conn)
 	conn->peer_rq_size = m.rq_size;
 	conn->peer_rq_sge = m.rq_sge;
 	conn->peer_rq_stride = shm_rq_stride(m.rq_sge);
-	conn->peer_table = shm_map_fd(pfds[0], SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry),
-				      PROT_READ);
-	conn->peer_notify = shm_map_fd(pfds[1], sizeof(struct shm_notify), PROT_READ);
+	if ((m.off[0] & (_Alignof(struct shm_mr_entry) - 1)) ||
+	    (m.off[1] & (_Alignof(struct shm_notify) - 1))) {
+		ferry_warn("peer's HELLO names misaligned pieces");
+		shm_close_fds(pfds, SHM_HELLO_FDS);
+		return ERR(EPROTO);
+	}
+	conn->peer_table_map = shm_arena_map_peer(pfds[0], m.off[0],
+			SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry),
+			(const void **)&conn->peer_table);
+	conn->peer_notify_map = shm_arena_map_peer(pfds[1], m.off[1], sizeof(struct shm_notify),
+						   (const void **)&conn->peer_notify);
 	conn->peer_cq_efd = pfds[2];
-	conn->peer_kick_efd = pfds[3];
+	/* One peer process, one monitor eventfd: its connections share a copy. */
+	conn->peer_kick_efd = shm_fd_share(pfds[3]);
 	close(pfds[0]);
 	close(pfds[1]);
-	if (!conn->peer_table || !conn->peer_notify)
+	if (!conn->peer_table_map || !conn->peer_notify_map || conn->peer_kick_efd < 0)
 		return ERR(EPROTO);
 	return 0;
 }
@@ -354,11 +367,10 @@ void shm_conn_destroy(struct shm_conn *conn)
 		close(conn->sock);
 	if (conn->peer_cq_efd >= 0)
 		close(conn->peer_cq_efd);
-	if (conn->peer_kick_efd >= 0)
-		close(conn->peer_kick_efd);
+	shm_fd_unshare(conn->peer_kick_efd);
 	shm_unmap(conn->peer_region);
-	shm_unmap(conn->peer_table);
-	shm_unmap(conn->peer_notify);
+	shm_unmap(conn->peer_table_map);
+	shm_unmap(conn->peer_notify_map);
 	for (i = 0; i < conn->nblocks; i++)
 		shm_unmap(conn->blocks[i].map);
 	free(conn->blocks);

@@ -156,7 +156,7 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
 {
 	const struct shm_region *pr = conn->peer_region->addr;
 
-	const struct shm_mr_entry *table = conn->peer_table->addr, *e;
+	const struct shm_mr_entry *table = conn->peer_table, *e;
 	uint64_t addr, length, block_id, block_off, off;
 	uint32_t idx = SHM_KEY_INDEX(rkey), access;
 	struct shm_mapping *map;
@@ -278,7 +278,7 @@ static enum ferry_wc_status shm_peer_recv_segs(struct shm_qp *qp, struct shm_con
 /* Tell the peer's CQ, if it is armed for this kind of completion. */
 static void shm_notify_peer(struct shm_conn *conn, bool solicited_or_error)
 {
-	const struct shm_notify *n = conn->peer_notify->addr;
+	const struct shm_notify *n = conn->peer_notify;
 	uint64_t w, one = 1;
 	uint32_t mode;
 

@@ -18,18 +18,19 @@
  * resolution decides.  Its number is a real kernel fd: lowest-free rule, no
  * collisions.
  *
- * File descriptors of one shm connection (client 11, accepted end 10):
+ * File descriptors of one shm connection (client 8, accepted end 7):
  * the socket's epoll fd; its own CM event channel (clients only: accepted
  * sockets share the listener's); the completion channel (an epoll fd and
- * the CQ's eventfd) and the CQ's notify memfd; the receive ring's
- * ferry_alloc memfd and the MR's dup of it; the AF_UNIX connection twice
- * (the CM's and the provider's dup); the eventfds of the peer's CQ and of
- * the peer's monitor (the same monitor eventfd once per connection).  A
- * process's hard limit of 20000 fds therefore holds about 1,800 idle
- * connections, not 10,000: that needs the completion channel shared per
- * process (with per-socket wake-up rather than one epoll per socket), the
- * memfds closed once mapped and exchanged, and the peer eventfds kept once
- * per peer process -- changes in prov/shm and cm/ beyond lib/sock.
+ * the CQ's eventfd); the receive ring's ferry_alloc memfd; the AF_UNIX
+ * connection twice (the CM's and the provider's dup); the eventfd of the
+ * peer's CQ.  The MR table and the notify word are pieces of the
+ * process's arena and the peer's monitor eventfd is kept once per peer
+ * process (prov/shm).  A process's hard limit of 20000 fds therefore holds
+ * about 2,500 idle connections, not 10,000: that needs one descriptor per
+ * connection -- the connection's AF_UNIX end as the socket's fd, carrying
+ * the peer's wake-ups (a datagram instead of an eventfd write) and its
+ * hang-up, with the completion channel, CM channel and ring memfd shared
+ * per process or closed once exchanged.
  *
  * Locks (always taken in this order, each one optional):
  *   slock  - one sender at a time: the send ring, the current target SGE;
