@@ -115,9 +115,16 @@ static void shm_arena_adopt_locked(void)
 	arena.pid = getpid();
 	arena.segs = arena.cur = NULL;	/* the parent's: mapped, not ours */
 	arena.bump = 0;
-	for (c = 0; c < SHM_ARENA_CLASSES; c++)
-		arena.free[c] = NULL;	/* nodes leak, a few once per fork */
-	arena.spare = NULL;
+	/* The nodes of the parent's free lists become our spare ones. */
+	for (c = 0; c < SHM_ARENA_CLASSES; c++) {
+		while (arena.free[c]) {
+			struct shm_free *f = arena.free[c];
+
+			arena.free[c] = f->next;
+			f->next = arena.spare;
+			arena.spare = f;
+		}
+	}
 }
 
 int shm_arena_get(size_t size, struct shm_piece *p)
