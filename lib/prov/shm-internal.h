@@ -165,6 +165,7 @@ struct shm_mapping {
 	ino_t ino;
 	int prot;
 	int refs;
+	bool keep;		/* a peer's arena segment: stays mapped unused */
 	struct shm_mapping *next;
 };
 
@@ -175,6 +176,13 @@ struct shm_mapping {
  */
 struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot);
 void shm_unmap(struct shm_mapping *m);
+/*
+ * A peer's arena segment is mapped again by its every next connection:
+ * once unused it stays mapped, up to SHM_KEEP_IDLE of them (the oldest
+ * go first).
+ */
+#define SHM_KEEP_IDLE	16
+void shm_map_keep(struct shm_mapping *m);
 
 /* --- the arena: shared memory peers only read (shm_arena.c) --- */
 

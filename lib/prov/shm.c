@@ -91,22 +91,48 @@ err_inval:
 	return NULL;
 }
 
+void shm_map_keep(struct shm_mapping *m)
+{
+	pthread_mutex_lock(&maps_lock);
+	m->keep = true;
+	pthread_mutex_unlock(&maps_lock);
+}
+
+/* Unmap every unused mapping but the @keep newest kept ones; maps_lock held. */
+static void shm_unmap_idle_locked(int keep)
+{
+	struct shm_mapping **pp = &maps, *m;
+
+	while ((m = *pp)) {
+		if (m->refs == 0 && (!m->keep || keep-- <= 0)) {
+			*pp = m->next;
+			munmap(m->addr, m->size);
+			free(m);
+			continue;
+		}
+		pp = &m->next;
+	}
+}
+
 void shm_unmap(struct shm_mapping *m)
 {
-	struct shm_mapping **pp;
-
 	if (!m)
 		return;
 	pthread_mutex_lock(&maps_lock);
 	if (--m->refs == 0) {
+		/* Newest first: maps is in order of first mapping, so move it
+		 * to the head, where the scan keeps the first SHM_KEEP_IDLE. */
+		struct shm_mapping **pp;
+
 		for (pp = &maps; *pp; pp = &(*pp)->next) {
 			if (*pp == m) {
 				*pp = m->next;
 				break;
 			}
 		}
-		munmap(m->addr, m->size);
-		free(m);
+		m->next = maps;
+		maps = m;
+		shm_unmap_idle_locked(SHM_KEEP_IDLE);
 	}
 	pthread_mutex_unlock(&maps_lock);
 }

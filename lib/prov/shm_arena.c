@@ -237,6 +237,7 @@ struct shm_mapping *shm_arena_map_peer(int fd, uint64_t off, uint64_t size, cons
 	m = shm_map_fd(fd, (size_t)(off + size), PROT_READ);
 	if (!m)
 		return NULL;
+	shm_map_keep(m);
 	*addr_p = (const uint8_t *)m->addr + off;
 	return m;
 }
