@@ -606,6 +606,74 @@ START_TEST(test_arena_fork)
 }
 END_TEST
 
+/* Post one 256-byte SEND a -> b (b's receive posted first); a's completion. */
+static void arena_send_one(struct tu_end *a, struct tu_end *b, unsigned int seed)
+{
+	struct ferry_wc wc;
+
+	ck_assert_int_eq(tu_post_recv1(b->qp, 2, b->buf, 256, b->mr->lkey), 0);
+	tu_fill(a->buf, 256, seed);
+	ck_assert_int_eq(tu_post_send1(a->qp, 1, FERRY_WR_SEND, FERRY_SEND_SIGNALED,
+				       a->buf, 256, a->mr->lkey, 0, 0), 0);
+	tu_poll1(a->send_cq, &wc);
+	ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+}
+
+/*
+ * A region outlives its QP for as long as the peer has not let go of it:
+ * the peer still finds the deliveries made before the QP was destroyed,
+ * even after other connections came and went (and would have taken the
+ * region had it been given back), and once the peer lets go the region
+ * serves the next connection, cleared.
+ */
+START_TEST(test_arena_region_outlives_qp)
+{
+	struct tu_end a, b, c, d;
+	struct ferry_wc wc;
+	void *region_a;
+	bool seen = false;
+
+	tu_pair_open(&a, &b, NULL);
+	arena_send_one(&a, &b, 11);
+	region_a = to_sqp(a.qp)->region;
+	tu_end_close(&a);
+
+	for (int i = 0; i < 3; i++) {
+		tu_pair_open(&c, &d, NULL);
+		ck_assert_ptr_ne(to_sqp(c.qp)->region, region_a);
+		ck_assert_ptr_ne(to_sqp(d.qp)->region, region_a);
+		arena_send_one(&c, &d, 20 + i);
+		tu_poll1(d.recv_cq, &wc);
+		ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+		tu_pair_close(&c, &d);
+	}
+
+	/* b takes the message a sent before it went away */
+	tu_poll1(b.recv_cq, &wc);
+	ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+	ck_assert_uint_eq(wc.byte_len, 256);
+	ck_assert(tu_check(b.buf, 256, 11));
+	tu_end_close(&b);	/* b lets go: a's region is free now */
+
+	for (int i = 0; i < 4 && !seen; i++) {
+		tu_pair_open(&c, &d, NULL);
+		seen = to_sqp(c.qp)->region == region_a || to_sqp(d.qp)->region == region_a;
+		arena_send_one(&d, &c, 40 + i);
+		tu_poll1(c.recv_cq, &wc);
+		ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+		ck_assert(tu_check(c.buf, 256, 40 + i));
+		arena_send_one(&c, &d, 50 + i);
+		tu_poll1(d.recv_cq, &wc);
+		ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+		ck_assert(tu_check(d.buf, 256, 50 + i));
+		tu_assert_cq_empty(c.recv_cq);
+		tu_assert_cq_empty(d.recv_cq);
+		tu_pair_close(&c, &d);
+	}
+	ck_assert(seen);
+}
+END_TEST
+
 Suite *objects_suite(void)
 {
 	Suite *s = suite_create("objects");
@@ -642,6 +710,7 @@ Suite *objects_suite(void)
 		tcase_add_test(tc, test_arena_table_reuse);
 		tcase_add_test(tc, test_arena_notify);
 		tcase_add_test(tc, test_arena_fork);
+		tcase_add_test(tc, test_arena_region_outlives_qp);
 		suite_add_tcase(s, tc);
 	}
 	return s;

@@ -242,7 +242,7 @@ START_TEST(test_init_receives_visible_when_exchange_returns)
 	exchange_thread(&jx);
 	ck_assert_int_eq(jx.rc, 0);
 	/* Before y's exchange is known to have finished: */
-	seen = to_sqp(x.qp)->conn->peer_region->addr;
+	seen = to_sqp(x.qp)->conn->peer_region;
 	posted = atomic_load(&seen->rq_prod);
 	ck_assert_uint_eq(posted, 3);
 	pthread_join(t, NULL);

@@ -12,9 +12,9 @@
  *   - a CQ's *notify word* is written by its owner (arm / disarm) and read by
  *     peers that decide whether to signal the CQ's eventfd.
  *
- * MR tables and notify words are pieces of the process's arena (shm_arena.c:
- * a few large memfds, mapped once per peer process); a region is a memfd of
- * its own.  All are sealed against shrinking and, after the owner has
+ * MR tables, notify words and regions are pieces of the process's arena
+ * (shm_arena.c: a few large memfds, mapped once per peer process).  They are
+ * sealed against shrinking and, after the owner has
  * mapped them, against any new writable mapping (F_SEAL_FUTURE_WRITE): a peer
  * can only map them read-only, so it can never corrupt what other peers see.
  * Memory from ferry_alloc() is a memfd the peer maps read-write: that is what
@@ -130,6 +130,10 @@ struct shm_region {
 	_Atomic uint32_t in_error;	/* owner's QP is in ERR: stop sending */
 	_Atomic uint32_t qp_access;	/* owner QP's remote access flags */
 	_Atomic uint32_t rnr_wait;	/* owner waits for a receive: kick it */
+	/* The owner has let go of its peer: it reads the peer's region and
+	 * writes the peer's memory no more.  Until the peer says so in its
+	 * region, ours is not ours to reuse (shm_region_retire). */
+	_Atomic uint32_t released;
 };
 
 /* --- out-of-band messages on the AF_UNIX SOCK_SEQPACKET socket --- */
@@ -137,7 +141,7 @@ struct shm_region {
 enum shm_msg_type {
 	SHM_MSG_HELLO = 1,	/* fds: segments of the MR table and of the recv CQ's
 				 * notify word, recv CQ eventfd, kick eventfd */
-	SHM_MSG_REGION = 2,	/* fds: region */
+	SHM_MSG_REGION = 2,	/* fds: the region's segment */
 	SHM_MSG_BLOCK = 3,	/* fds: one ferry_alloc block */
 };
 
@@ -151,7 +155,9 @@ struct shm_msg {
 	uint32_t rq_sge;	/* HELLO */
 	uint32_t pad;
 	uint64_t value;		/* REGION: region size; BLOCK: block id */
-	uint64_t off[2];	/* HELLO: MR table and notify word, in their segments */
+	/* Where in the segments passed with it: HELLO: MR table, notify word;
+	 * REGION: the region. */
+	uint64_t off[2];
 };
 
 #define SHM_HELLO_FDS	4
@@ -297,7 +303,8 @@ struct shm_conn {
 	uint32_t peer_rq_size;		/* validated copies from HELLO */
 	uint32_t peer_rq_sge;
 	size_t peer_rq_stride;
-	struct shm_mapping *peer_region;	/* read-only */
+	struct shm_mapping *peer_region_map;	/* the segment, read-only */
+	const struct shm_region *peer_region;	/* the peer's region in it */
 	struct shm_delivery *peer_dq;	/* the peer's DQ ring in peer_region */
 	struct shm_delivery *my_dq;	/* our DQ ring (deliveries to the peer) */
 	/* The last rkey resolved to mapped memory, to skip the table walk. */
@@ -358,7 +365,7 @@ struct shm_qp {
 	struct shm_rsge *rq_pending;	/* receives posted before the region exists */
 
 	/* The region we own and the connection. */
-	int region_fd;
+	struct shm_piece region_piece;	/* the region, in the arena */
 	struct shm_region *region;
 	size_t region_size;
 	size_t rq_stride;
@@ -417,6 +424,12 @@ void shm_monitor_watch(struct shm_qp *qp);
 void shm_monitor_retire(int sock, struct shm_piece *piece, size_t dirty);
 int shm_monitor_kick_fd(void);
 int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size);
+/*
+ * shm_region_release - the QP lets go of its region, and of @conn (may be
+ * NULL; its peer-region mapping is taken): reused at once when the peer
+ * has let go of ours, else once it does (or dies).
+ */
+void shm_region_release(struct shm_qp *qp, struct shm_conn *conn);
 
 /* shm_qp.c: QP objects and the state machine */
 struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *attr);

@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -175,18 +176,12 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 {
 	size_t size = shm_region_size(qp->rq_size, qp->cap.max_recv_sge, peer_rq_size);
 	struct shm_region *r;
-	int fd = ferry_memfd_create("ferry-qp-region", size);
 
-	if (fd < 0)
-		return -1;
-	r = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (r == MAP_FAILED || fcntl(fd, F_ADD_SEALS, 0x0010 /* F_SEAL_FUTURE_WRITE */) < 0) {
-		ferry_warn("mapping a %zu-byte QP region: %m", size);
-		if (r != MAP_FAILED)
-			munmap(r, size);
-		close(fd);
+	if (shm_arena_get(size, &qp->region_piece) < 0) {
+		ferry_warn("QP %u: no room for a %zu-byte region: %m", qp->qp.qp_num, size);
 		return ERR(ENOMEM);
 	}
+	r = (struct shm_region *)qp->region_piece.addr;
 	r->magic = SHM_MAGIC;
 	r->version = SHM_VERSION;
 	r->qp_num = qp->qp.qp_num;
@@ -196,10 +191,137 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 	atomic_store(&r->min_rnr_timer, qp->min_rnr_timer);
 	atomic_store(&r->qp_access, qp->access);
 	qp->region = r;
-	qp->region_fd = fd;
 	qp->region_size = size;
 	qp->rq_stride = shm_rq_stride(qp->cap.max_recv_sge);
 	return 0;
+}
+
+/* What a region's next owner needs zeroed: the head and the DQ ring (the
+ * RQ ring is read only below rq_prod, which the next owner writes first). */
+static void shm_region_clear(void *region, size_t size)
+{
+	const struct shm_region *r = region;
+	size_t dq = (size_t)r->dq_size * sizeof(struct shm_delivery);
+
+	if (dq > size - shm_region_head_size())
+		dq = size - shm_region_head_size();
+	memset((uint8_t *)region + size - dq, 0, dq);
+	memset(region, 0, shm_region_head_size());
+}
+
+/* A region waiting for its peer to let go of it. */
+struct shm_retired {
+	struct shm_piece piece;
+	size_t size;
+	struct shm_mapping *peer_map;	/* keeps the peer's region readable */
+	const struct shm_region *peer;
+	uint32_t peer_qpn;
+	pid_t peer_pid;
+	uint64_t next_pid_check_ns;
+	struct shm_retired *next;
+};
+
+static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_retired *retired;
+static pid_t retired_pid;
+
+/* Has the peer let go of our region?  It says so in its own, or gave its
+ * own back (its QP number is gone from it), or is dead. */
+static bool shm_peer_let_go(const struct shm_region *peer, uint32_t peer_qpn, pid_t pid,
+			    uint64_t *next_check_ns)
+{
+	uint64_t now;
+
+	if (atomic_load_explicit(&peer->released, memory_order_acquire) ||
+	    __atomic_load_n(&peer->qp_num, __ATOMIC_RELAXED) != peer_qpn)
+		return true;
+	if (!next_check_ns)
+		return false;
+	now = shm_now_ns();
+	if (now < *next_check_ns)
+		return false;
+	*next_check_ns = now + 1000000000ull;	/* a system call: once a second */
+	return kill(pid, 0) < 0 && errno == ESRCH;
+}
+
+static void shm_region_recycle(struct shm_piece *piece, size_t size)
+{
+	shm_region_clear(piece->addr, size);
+	shm_arena_put(piece, 0);
+}
+
+/* Reuse the retired regions whose peers have let go since. */
+static void shm_retired_reap(void)
+{
+	struct shm_retired **pp, *r, *done = NULL;
+
+	pthread_mutex_lock(&retired_lock);
+	if (retired_pid != getpid()) {
+		/* After fork: the parent's records, not ours to act on. */
+		retired = NULL;
+		retired_pid = getpid();
+	}
+	for (pp = &retired; (r = *pp);) {
+		if (shm_peer_let_go(r->peer, r->peer_qpn, r->peer_pid, &r->next_pid_check_ns)) {
+			*pp = r->next;
+			r->next = done;
+			done = r;
+			continue;
+		}
+		pp = &r->next;
+	}
+	pthread_mutex_unlock(&retired_lock);
+	while ((r = done)) {
+		done = r->next;
+		shm_region_recycle(&r->piece, r->size);
+		shm_unmap(r->peer_map);
+		free(r);
+	}
+}
+
+void shm_region_release(struct shm_qp *qp, struct shm_conn *conn)
+{
+	struct shm_region *region = qp->region;
+	struct shm_retired *r;
+
+	if (!region)
+		return;
+	qp->region = NULL;
+	/* Detached: another process drives the QP since fork. */
+	if (to_spd(qp->qp.pd)->detached)
+		return;
+	/* Done with the peer: it may reuse its region once it is done with ours. */
+	atomic_store_explicit(&region->released, 1, memory_order_release);
+	if (!conn || !conn->peer_region ||
+	    shm_peer_let_go(conn->peer_region, conn->peer_qpn, conn->peer_pid, NULL)) {
+		shm_region_recycle(&qp->region_piece, qp->region_size);
+		shm_retired_reap();
+		return;
+	}
+	/* The peer may still take deliveries we made from it, for as long as
+	 * it likes: the region waits, and the peer's stays mapped to tell. */
+	r = malloc(sizeof(*r));
+	if (!r)
+		return;		/* never reused: lost, not shared */
+	r->piece = qp->region_piece;
+	r->size = qp->region_size;
+	r->peer_map = conn->peer_region_map;
+	r->peer = conn->peer_region;
+	r->peer_qpn = conn->peer_qpn;
+	r->peer_pid = conn->peer_pid;
+	r->next_pid_check_ns = shm_now_ns() + 1000000000ull;
+	conn->peer_region_map = NULL;
+	conn->peer_region = NULL;
+	qp->region_piece.seg = NULL;
+	pthread_mutex_lock(&retired_lock);
+	if (retired_pid != getpid()) {
+		retired = NULL;
+		retired_pid = getpid();
+	}
+	r->next = retired;
+	retired = r;
+	pthread_mutex_unlock(&retired_lock);
+	shm_retired_reap();
 }
 
 /* --- the exchange --- */
@@ -324,7 +446,8 @@ static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 	ferry_unlock(&qp->rq_lock);
 	shm_conn_announce_existing(qp, conn);
 	m.value = qp->region_size;
-	if (shm_msg_send(conn->sock, &m, &qp->region_fd, 1) < 0)
+	m.off[0] = qp->region_piece.off;
+	if (shm_msg_send(conn->sock, &m, &qp->region_piece.seg->fd, 1) < 0)
 		return -1;
 	for (;;) {
 		if (shm_msg_recv(conn->sock, &m,
@@ -341,17 +464,23 @@ static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 		close(fd);
 		return ERR(EPROTO);
 	}
-	conn->peer_region = shm_map_fd(fd, want, PROT_READ);
-	close(fd);
-	if (!conn->peer_region)
+	if (m.off[0] & 63) {
+		ferry_warn("peer's region is misaligned");
+		close(fd);
 		return ERR(EPROTO);
-	pr = conn->peer_region->addr;
+	}
+	conn->peer_region_map = shm_arena_map_peer(fd, m.off[0], want,
+						   (const void **)&conn->peer_region);
+	close(fd);
+	if (!conn->peer_region_map)
+		return ERR(EPROTO);
+	pr = conn->peer_region;
 	if (pr->qp_num != conn->peer_qpn || pr->rq_size != conn->peer_rq_size ||
 	    pr->rq_sge != conn->peer_rq_sge || pr->dq_size != qp->rq_size) {
 		ferry_warn("peer's region disagrees with its HELLO");
 		return ERR(EPROTO);
 	}
-	conn->peer_dq = shm_dq_entry(conn->peer_region->addr,
+	conn->peer_dq = shm_dq_entry((uint8_t *)conn->peer_region,
 				     (size_t)conn->peer_rq_size * conn->peer_rq_stride,
 				     qp->rq_size, 0);
 	conn->my_dq = shm_dq_entry((uint8_t *)qp->region, (size_t)qp->rq_size * qp->rq_stride,
@@ -368,7 +497,7 @@ void shm_conn_destroy(struct shm_conn *conn)
 	if (conn->peer_cq_efd >= 0)
 		close(conn->peer_cq_efd);
 	shm_fd_unshare(conn->peer_kick_efd);
-	shm_unmap(conn->peer_region);
+	shm_unmap(conn->peer_region_map);
 	shm_unmap(conn->peer_table_map);
 	shm_unmap(conn->peer_notify_map);
 	for (i = 0; i < conn->nblocks; i++)
@@ -473,21 +602,12 @@ int shm_qp_exchange_end(struct ferry_qp *fqp, uint32_t *peer_qpn_p)
 	if (shm_hello_recv(conn) < 0 || shm_exchange_region(qp, conn) < 0) {
 		int e = errno;
 
-		if (qp->region) {
-			munmap(qp->region, qp->region_size);
-			close(qp->region_fd);
-			qp->region = NULL;
-			qp->region_fd = -1;
-		}
+		shm_region_release(qp, NULL);	/* the peer never had it */
 		ferry_unlock(&qp->sq_lock);
 		ferry_info("QP %u: exchange failed: %s", fqp->qp_num, strerror(e));
 		errno = e;
 		goto err_free;
 	}
-	/* The peer has mapped the region: its fd is no longer needed (an RC
-	 * QP connects once), and an idle connection should hold few fds. */
-	close(qp->region_fd);
-	qp->region_fd = -1;
 	/* shm_poll_recv reads qp->conn under the recv CQ's lock alone. */
 	ferry_lock(&to_scq(qp->qp.recv_cq)->lock);
 	ferry_lock(&qp->rq_lock);

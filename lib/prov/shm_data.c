@@ -154,7 +154,7 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
 					       uint64_t raddr, uint64_t len, uint32_t need,
 					       struct shm_seg *seg)
 {
-	const struct shm_region *pr = conn->peer_region->addr;
+	const struct shm_region *pr = conn->peer_region;
 
 	const struct shm_mr_entry *table = conn->peer_table, *e;
 	uint64_t addr, length, block_id, block_off, off;
@@ -227,7 +227,7 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
  */
 static int64_t shm_peer_recvs(struct shm_qp *qp, struct shm_conn *conn)
 {
-	const struct shm_region *pr = conn->peer_region->addr;
+	const struct shm_region *pr = conn->peer_region;
 	uint64_t avail = qp->peer_rq_known - qp->dq_seq;
 
 	if (avail)
@@ -246,7 +246,7 @@ static enum ferry_wc_status shm_peer_recv_segs(struct shm_qp *qp, struct shm_con
 					       struct shm_seg *segs, int *nseg_p,
 					       uint64_t *cap_p)
 {
-	uint8_t *ent = shm_rq_entry(conn->peer_region->addr, conn->peer_rq_stride,
+	uint8_t *ent = shm_rq_entry((uint8_t *)conn->peer_region, conn->peer_rq_stride,
 				    conn->peer_rq_size, qp->dq_seq);
 	uint32_t count = __atomic_load_n((uint32_t *)ent, __ATOMIC_RELAXED), i;
 	const struct shm_rsge *rs = (const struct shm_rsge *)(ent + 8);
@@ -417,7 +417,7 @@ static int shm_execute(struct shm_qp *qp, const struct shm_swqe *s,
 
 	if (!conn || conn->dead)
 		return FERRY_WC_RETRY_EXC_ERR;
-	pr = conn->peer_region->addr;
+	pr = conn->peer_region;
 	if (atomic_load_explicit(&pr->in_error, memory_order_relaxed))
 		return FERRY_WC_RETRY_EXC_ERR;
 	st = shm_local_segs(qp, s, sge, s->opcode == FERRY_WR_RDMA_READ || atomic, loc, total_p);
@@ -485,7 +485,7 @@ void shm_sq_complete(struct shm_qp *qp, uint64_t seq, const struct shm_swqe *s,
 /* The head WR found no receive; sq_lock held.  Returns true to keep waiting. */
 static bool shm_sq_rnr(struct shm_qp *qp)
 {
-	const struct shm_region *pr = qp->conn->peer_region->addr;
+	const struct shm_region *pr = qp->conn->peer_region;
 	uint64_t now = shm_now_ns();
 
 	if (qp->rnr_pending && now < qp->rnr_deadline_ns)

@@ -108,7 +108,6 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 	qp->sq_stride = (qp->sq_stride + 63) & ~(size_t)63;
 	if (shm_qp_arrays_alloc(qp) < 0)
 		goto err_free;
-	qp->region_fd = -1;
 	ferry_lock_init(&qp->sq_lock);
 	ferry_lock_init(&qp->rq_lock);
 
@@ -255,22 +254,18 @@ static void shm_qp_reset(struct shm_qp *qp)
 	}
 	if (qp->conn) {
 		struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
+		struct shm_conn *conn = qp->conn;
 
 		/* shm_poll_recv reads qp->conn under the CQ's lock alone. */
 		ferry_lock(&rcq->lock);
 		ferry_lock(&qp->rq_lock);
-		shm_conn_destroy(qp->conn);
 		qp->conn = NULL;
 		ferry_unlock(&qp->rq_lock);
 		ferry_unlock(&rcq->lock);
+		shm_region_release(qp, conn);
+		shm_conn_destroy(conn);
 	}
-	if (qp->region) {
-		munmap(qp->region, qp->region_size);
-		if (qp->region_fd >= 0)
-			close(qp->region_fd);
-		qp->region = NULL;
-		qp->region_fd = -1;
-	}
+	shm_region_release(qp, NULL);
 }
 
 int shm_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)

@@ -105,7 +105,7 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
 		/* A sender waiting for a receive sleeps until kicked: pairs with
 		 * the fence in shm_sq_rnr. */
 		atomic_thread_fence(memory_order_seq_cst);
-		if (conn && atomic_load_explicit(&((struct shm_region *)conn->peer_region->addr)
+		if (conn && atomic_load_explicit(&conn->peer_region
 						 ->rnr_wait, memory_order_relaxed) &&
 		    write(conn->peer_kick_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 			ferry_debug("kicking the peer's monitor: %m");
