@@ -1152,6 +1152,42 @@ START_TEST(test_credits_count_data_only)
 }
 END_TEST
 
+/*
+ * A connection starts with SOCK_FIRST_CREDITS credits (and receives posted
+ * for them), not rq_size: an idle one keeps its receive queue small.  A
+ * busy direction's window doubles at each grant up to rq_size; the idle
+ * one stays as it started.
+ */
+START_TEST(test_credit_window_grows)
+{
+	struct ferry_sock *sa, *sb;
+	char c = 0;
+	int a, b, i;
+
+	ts_pair(&a, &b);
+	sa = sock_get(a);
+	sb = sock_get(b);
+	ck_assert_ptr_nonnull(sa);
+	ck_assert_ptr_nonnull(sb);
+	ck_assert_uint_lt(SOCK_FIRST_CREDITS, sb->rq_size);
+	ck_assert_uint_eq(sb->credit_window, SOCK_FIRST_CREDITS);
+	ck_assert_uint_eq(sock_credits(sa), SOCK_FIRST_CREDITS);
+	/* One-byte messages: one credit each, far more than the first window. */
+	for (i = 0; i < 4 * (int)sb->rq_size; i++) {
+		ck_assert_int_eq(ferry_sock_send(a, &c, 1, 0), 1);
+		ts_read_all(b, &c, 1);
+	}
+	ck_assert_uint_eq(sb->credit_window, sb->rq_size);
+	/* b's last grant gave a more than half the full window. */
+	for (i = 0; i < 1000 && sock_credits(sa) <= sb->rq_size / 2; i++)
+		sock_progress(sa);
+	ck_assert_uint_gt(sock_credits(sa), sb->rq_size / 2);
+	ck_assert_uint_eq(sa->credit_window, SOCK_FIRST_CREDITS);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+}
+END_TEST
+
 /* --- direct placement (iomap) --- */
 
 /* Send one byte from @from and take it at @to: everything before has landed. */
@@ -1334,6 +1370,7 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_duplex_threads);
 	tcase_add_test(tc, test_integrity_stream);
 	tcase_add_test(tc, test_credits_count_data_only);
+	tcase_add_test(tc, test_credit_window_grows);
 	suite_add_tcase(s, tc);
 	return s;
 }

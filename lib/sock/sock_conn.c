@@ -88,7 +88,7 @@ static struct rs_sge rs_get_sge(const uint8_t *p)
 
 static void sock_conn_data_build(struct ferry_sock *s, uint8_t pd[RS_PRIVATE_DATA_LEN])
 {
-	uint16_t credits = htobe16((uint16_t)s->rq_size);
+	uint16_t credits = htobe16((uint16_t)s->credit_window);
 
 	memset(pd, 0, RS_PRIVATE_DATA_LEN);
 	pd[0] = RS_VERSION;
@@ -335,9 +335,8 @@ static int sock_conn_resources(struct ferry_sock *s)
 	atomic_store(&s->r_received, 0);
 	atomic_store(&s->r_consumed, 0);
 	atomic_store(&s->rseq_no, 0);
-	s->rseq_comp = (uint16_t)s->rq_size;
 	s->r_published = s->rbuf_size / 2;
-	return sock_post_initial_recvs(s);
+	return sock_post_initial_recvs(s);	/* and the first credits */
 }
 
 void sock_conn_teardown(struct ferry_sock *s)

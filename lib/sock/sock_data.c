@@ -162,9 +162,53 @@ int sock_send_ctrl(struct ferry_sock *s, uint32_t ctrl, int timeout_ms)
 	return ret;
 }
 
+/* --- receives and credits --- */
+
+static int sock_post_recvs(struct ferry_sock *s, uint32_t n)
+{
+	struct ferry_recv_wr wrs[SOCK_POLL_BATCH], *bad;
+	uint32_t i, k;
+
+	while (n) {
+		k = n < SOCK_POLL_BATCH ? n : SOCK_POLL_BATCH;
+		for (i = 0; i < k; i++) {
+			wrs[i] = (struct ferry_recv_wr){ .wr_id = SOCK_WR_RECV,
+							 .next = i + 1 < k ? &wrs[i + 1] : NULL };
+		}
+		if (ferry_post_recv(s->qp, wrs, &bad) < 0)
+			return -1;
+		n -= k;
+	}
+	return 0;
+}
+
+/* The first window's credits, and receives for them and for control
+ * messages (the rest come as the window grows). */
+int sock_post_initial_recvs(struct ferry_sock *s)
+{
+	s->credit_window = s->rq_size < SOCK_FIRST_CREDITS ? s->rq_size : SOCK_FIRST_CREDITS;
+	s->rseq_comp = (uint16_t)s->credit_window;
+	return sock_post_recvs(s, s->credit_window + RS_QP_CTRL_SIZE);
+}
+
 /*
- * sock_give_credits - grant credits (absolute: rseq_no + rq_size) when half
- * the receive queue was used since the last grant, and publish the next
+ * Double the credit window (up to rq_size): the peer used half of it since
+ * the last grant.  The new receives are posted before the grant that
+ * offers them goes out.  plock held; the window stays if posting fails.
+ */
+static void sock_credit_window_grow(struct ferry_sock *s)
+{
+	uint32_t w = s->credit_window * 2;
+
+	if (w > s->rq_size)
+		w = s->rq_size;
+	if (sock_post_recvs(s, w - s->credit_window) == 0)
+		s->credit_window = w;
+}
+
+/*
+ * sock_give_credits - grant credits (absolute: rseq_no + the credit window)
+ * when half the window was used since the last grant, and publish the next
  * half of the ring once the application has freed it.  Takes plock.
  */
 void sock_give_credits(struct ferry_sock *s, bool force)
@@ -184,12 +228,16 @@ void sock_give_credits(struct ferry_sock *s, bool force)
 	pthread_mutex_lock(&s->plock);
 	rseq = atomic_load(&s->rseq_no);
 	consumed = atomic_load(&s->r_consumed);
-	limit = (uint16_t)(rseq + s->rq_size);
+	limit = (uint16_t)(rseq + s->credit_window);
 	publish = s->r_published + half <= consumed + s->rbuf_size;
-	credit = (uint16_t)(limit - s->rseq_comp) >= s->rq_size / 2;
+	credit = (uint16_t)(limit - s->rseq_comp) >= s->credit_window / 2;
 	if ((!publish && !credit && !force) || !sock_ctrl_avail(s)) {
 		pthread_mutex_unlock(&s->plock);
 		return;
+	}
+	if (credit && s->credit_window < s->rq_size) {
+		sock_credit_window_grow(s);
+		limit = (uint16_t)(rseq + s->credit_window);
 	}
 	if (publish) {
 		sge.addr = (uintptr_t)(s->rbuf + (s->r_published & (s->rbuf_size - 1)));
@@ -218,29 +266,6 @@ void sock_give_credits(struct ferry_sock *s, bool force)
 }
 
 /* --- progress --- */
-
-static int sock_post_recvs(struct ferry_sock *s, uint32_t n)
-{
-	struct ferry_recv_wr wrs[SOCK_POLL_BATCH], *bad;
-	uint32_t i, k;
-
-	while (n) {
-		k = n < SOCK_POLL_BATCH ? n : SOCK_POLL_BATCH;
-		for (i = 0; i < k; i++) {
-			wrs[i] = (struct ferry_recv_wr){ .wr_id = SOCK_WR_RECV,
-							 .next = i + 1 < k ? &wrs[i + 1] : NULL };
-		}
-		if (ferry_post_recv(s->qp, wrs, &bad) < 0)
-			return -1;
-		n -= k;
-	}
-	return 0;
-}
-
-int sock_post_initial_recvs(struct ferry_sock *s)
-{
-	return sock_post_recvs(s, sock_recv_depth(s));
-}
 
 /* A failed completion: the connection is gone, orderly or not. */
 static void sock_wc_failed(struct ferry_sock *s, const struct ferry_wc *wc)
