@@ -110,6 +110,7 @@ static void shm_cm_destroy(struct cm_id_priv *id)
 		close(st->bind_fd);
 	shm_cm_close_sock(st);
 	event_free(st->sock_ev);
+	free(st->request);
 	free(st);
 	*slot = NULL;
 }

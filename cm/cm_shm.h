@@ -32,6 +32,21 @@
 
 struct shm_cm_pending;
 
+/*
+ * A client's request and where to send it, from ferry_connect until the
+ * answer (ACCEPT, REJECT, failure): most of a connecting id's state, and
+ * none of an established one's, so it is held apart and freed then.
+ */
+struct shm_cm_request {
+	struct cm_msg_param param;
+	uint8_t req[CM_MSG_MAX_SIZE];
+	size_t req_len;
+	struct sockaddr_un names[SHM_CM_MAX_NAMES];
+	socklen_t name_lens[SHM_CM_MAX_NAMES];
+	int nnames, next_name;
+	uint64_t deadline_ms;
+};
+
 /* The shm transport's state of one id (cm_id_priv.tp_data). */
 struct shm_cm_id {
 	struct cm_id_priv *id;
@@ -45,14 +60,7 @@ struct shm_cm_id {
 	struct event *sock_ev;
 	bool armed;			/* sock_ev added and its callback not run yet */
 	uint64_t armed_deadline_ms;	/* its timeout's end, 0: none */
-	/* Client: the request and where to send it. */
-	struct cm_msg_param param;
-	uint8_t req[CM_MSG_MAX_SIZE];
-	size_t req_len;
-	struct sockaddr_un names[SHM_CM_MAX_NAMES];
-	socklen_t name_lens[SHM_CM_MAX_NAMES];
-	int nnames, next_name;
-	uint64_t deadline_ms;
+	struct shm_cm_request *request;	/* client, until the answer */
 };
 
 /* A connection a listener took that has not sent its request yet. */

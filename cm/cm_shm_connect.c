@@ -21,42 +21,52 @@
 
 #include "cm_shm.h"
 
-static void shm_cm_add_name(struct shm_cm_id *st, const struct sockaddr *sa)
+static void shm_cm_add_name(struct shm_cm_request *rq, const struct sockaddr *sa)
 {
 	struct sockaddr_un un;
 	socklen_t len;
 	int i;
 
 	shm_cm_name(sa, &un, &len);
-	for (i = 0; i < st->nnames; i++)
-		if (st->name_lens[i] == len && memcmp(&st->names[i], &un, len) == 0)
+	for (i = 0; i < rq->nnames; i++)
+		if (rq->name_lens[i] == len && memcmp(&rq->names[i], &un, len) == 0)
 			return;
-	if (st->nnames < SHM_CM_MAX_NAMES) {
-		st->names[st->nnames] = un;
-		st->name_lens[st->nnames++] = len;
+	if (rq->nnames < SHM_CM_MAX_NAMES) {
+		rq->names[rq->nnames] = un;
+		rq->name_lens[rq->nnames++] = len;
 	}
 }
 
 /* Where a listener of @dst may be: specific, wildcard, IPv6 wildcard. */
-static void shm_cm_names_for(struct shm_cm_id *st, const struct sockaddr *dst)
+static void shm_cm_names_for(struct shm_cm_request *rq, const struct sockaddr *dst)
 {
 	struct sockaddr_storage any;
 	uint16_t port = cm_addr_port(dst);
 
-	st->nnames = st->next_name = 0;
-	shm_cm_add_name(st, dst);
+	rq->nnames = rq->next_name = 0;
+	shm_cm_add_name(rq, dst);
 	cm_addr_wildcard(dst->sa_family, port, &any);
-	shm_cm_add_name(st, (struct sockaddr *)&any);
+	shm_cm_add_name(rq, (struct sockaddr *)&any);
 	if (dst->sa_family == AF_INET) {
 		cm_addr_wildcard(AF_INET6, port, &any);
-		shm_cm_add_name(st, (struct sockaddr *)&any);
+		shm_cm_add_name(rq, (struct sockaddr *)&any);
 	}
+}
+
+/* The connect is over, whichever way: the request goes, the outcome is
+ * reported (after which the id may be another thread's). */
+static void shm_cm_connect_end(struct shm_cm_id *st, enum ferry_cm_event_type type,
+			       int status, const struct ferry_conn_param *cp)
+{
+	free(st->request);
+	st->request = NULL;
+	cm_event_report(st->id, NULL, type, status, cp);
 }
 
 static void shm_cm_fail(struct shm_cm_id *st, enum ferry_cm_event_type type, int status)
 {
 	shm_cm_close_sock(st);
-	cm_event_report(st->id, NULL, type, status, NULL);
+	shm_cm_connect_end(st, type, status, NULL);
 }
 
 /* --- the answer --- */
@@ -75,11 +85,12 @@ static void shm_cm_fail(struct shm_cm_id *st, enum ferry_cm_event_type type, int
 static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *msg)
 {
 	struct cm_id_priv *id = st->id;
+	const struct cm_msg_param *ours = &st->request->param;
 	struct cm_qp_param qpp = {
-		.max_rd_atomic = shm_cm_min(st->param.initiator_depth,
+		.max_rd_atomic = shm_cm_min(ours->initiator_depth,
 					    msg->param.responder_resources),
-		.max_dest_rd_atomic = st->param.responder_resources,
-		.retry_count = st->param.retry_count,
+		.max_dest_rd_atomic = ours->responder_resources,
+		.retry_count = ours->retry_count,
 		.rnr_retry_count = msg->param.rnr_retry_count,
 	};
 	struct ferry_conn_param cp;
@@ -104,7 +115,7 @@ static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *ms
 		return;
 	}
 	shm_cm_conn_param(&cp, msg);
-	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, &cp);
+	shm_cm_connect_end(st, FERRY_CM_EVENT_ESTABLISHED, 0, &cp);
 }
 
 static void shm_cm_on_reply(evutil_socket_t fd, short what, void *arg)
@@ -124,8 +135,8 @@ static void shm_cm_on_reply(evutil_socket_t fd, short what, void *arg)
 	}
 	n = shm_cm_recv(st->sock, buf, sizeof(buf));
 	if (n < 0 && errno == EAGAIN) {
-		uint64_t now = shm_cm_now_ms();
-		struct timeval tv = shm_cm_tv(st->deadline_ms > now ? st->deadline_ms - now : 0);
+		uint64_t now = shm_cm_now_ms(), end = st->request->deadline_ms;
+		struct timeval tv = shm_cm_tv(end > now ? end - now : 0);
 
 		if (shm_cm_arm(st, st->sock, EV_READ, shm_cm_on_reply, &tv) < 0)
 			shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, ENOMEM);
@@ -147,23 +158,23 @@ static void shm_cm_on_reply(evutil_socket_t fd, short what, void *arg)
 	}
 	shm_cm_conn_param(&cp, &msg);
 	shm_cm_close_sock(st);
-	cm_event_report(st->id, NULL, FERRY_CM_EVENT_REJECTED, FERRY_CM_REJ_CONSUMER_DEFINED,
-			&cp);
+	shm_cm_connect_end(st, FERRY_CM_EVENT_REJECTED, FERRY_CM_REJ_CONSUMER_DEFINED, &cp);
 }
 
 /* --- finding the listener --- */
 
 static int shm_cm_send_request(struct shm_cm_id *st, int sock)
 {
+	struct shm_cm_request *rq = st->request;
 	uint64_t now = shm_cm_now_ms();
-	struct timeval tv = shm_cm_tv(st->deadline_ms > now ? st->deadline_ms - now : 0);
+	struct timeval tv = shm_cm_tv(rq->deadline_ms > now ? rq->deadline_ms - now : 0);
 	ssize_t n;
 
 	st->sock = sock;
 	do
-		n = send(sock, st->req, st->req_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		n = send(sock, rq->req, rq->req_len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)st->req_len) {
+	if (n != (ssize_t)rq->req_len) {
 		ferry_info("cm: sending the request: %s", n < 0 ? strerror(errno) : "short");
 		shm_cm_fail(st, FERRY_CM_EVENT_REJECTED, ECONNRESET);
 		return 0;
@@ -194,9 +205,9 @@ static int shm_cm_retry_later(struct shm_cm_id *st)
 {
 	struct timeval tv = shm_cm_tv(SHM_CM_RETRY_MS);
 
-	if (shm_cm_now_ms() >= st->deadline_ms) {
+	if (shm_cm_now_ms() >= st->request->deadline_ms) {
 		ferry_info("cm: the listener's backlog stayed full");
-		cm_event_report(st->id, NULL, FERRY_CM_EVENT_UNREACHABLE, ETIMEDOUT, NULL);
+		shm_cm_connect_end(st, FERRY_CM_EVENT_UNREACHABLE, ETIMEDOUT, NULL);
 		return 0;
 	}
 	return shm_cm_arm(st, -1, 0, shm_cm_on_retry, &tv);
@@ -206,15 +217,16 @@ static int shm_cm_retry_later(struct shm_cm_id *st)
 static int shm_cm_try_connect(struct shm_cm_id *st)
 {
 	const struct sockaddr *dst = (const struct sockaddr *)&st->id->id.route.addr.dst_addr;
+	struct shm_cm_request *rq = st->request;
 	char buf[INET6_ADDRSTRLEN];
 	int sock;
 
-	for (; st->next_name < st->nnames; st->next_name++) {
+	for (; rq->next_name < rq->nnames; rq->next_name++) {
 		sock = shm_cm_socket();
 		if (sock < 0)
 			return -1;
-		if (connect(sock, (struct sockaddr *)&st->names[st->next_name],
-			    st->name_lens[st->next_name]) == 0)
+		if (connect(sock, (struct sockaddr *)&rq->names[rq->next_name],
+			    rq->name_lens[rq->next_name]) == 0)
 			return shm_cm_send_request(st, sock);
 		close(sock);
 		if (errno == EAGAIN)
@@ -224,7 +236,7 @@ static int shm_cm_try_connect(struct shm_cm_id *st)
 	}
 	ferry_info("cm: nothing listens on %s port %u (shm)",
 		   cm_addr_ntop(dst, buf, sizeof(buf)), cm_addr_port(dst));
-	cm_event_report(st->id, NULL, FERRY_CM_EVENT_REJECTED, ECONNREFUSED, NULL);
+	shm_cm_connect_end(st, FERRY_CM_EVENT_REJECTED, ECONNREFUSED, NULL);
 	return 0;
 }
 
@@ -239,6 +251,7 @@ static void shm_cm_on_retry(evutil_socket_t fd, short what, void *arg)
 
 static int shm_cm_encode_request(struct shm_cm_id *st, const struct ferry_conn_param *param)
 {
+	struct shm_cm_request *rq = st->request;
 	struct cm_msg msg = { .type = CM_MSG_CONNECT_REQ };
 	const struct ferry_cm_addr *a = &st->id->id.route.addr;
 	ssize_t len;
@@ -249,11 +262,11 @@ static int shm_cm_encode_request(struct shm_cm_id *st, const struct ferry_conn_p
 	msg.pdata_len = param->private_data_len;
 	if (msg.pdata_len)
 		memcpy(msg.pdata, param->private_data, msg.pdata_len);
-	len = cm_msg_encode(&msg, st->req, sizeof(st->req));
+	len = cm_msg_encode(&msg, rq->req, sizeof(rq->req));
 	if (len < 0)
 		return -1;
-	st->req_len = (size_t)len;
-	st->param = msg.param;
+	rq->req_len = (size_t)len;
+	rq->param = msg.param;
 	return 0;
 }
 
@@ -265,9 +278,11 @@ int shm_cm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param)
 		return ERR(ENOMEM);
 	if (st->sock >= 0)
 		return ERR(EISCONN);
+	if (!st->request && !(st->request = calloc(1, sizeof(*st->request))))
+		return ERR(ENOMEM);
 	if (shm_cm_encode_request(st, param) < 0)
 		return -1;
-	shm_cm_names_for(st, (const struct sockaddr *)&id->id.route.addr.dst_addr);
-	st->deadline_ms = shm_cm_now_ms() + SHM_CM_CONNECT_TIMEOUT_MS;
+	shm_cm_names_for(st->request, (const struct sockaddr *)&id->id.route.addr.dst_addr);
+	st->request->deadline_ms = shm_cm_now_ms() + SHM_CM_CONNECT_TIMEOUT_MS;
 	return shm_cm_try_connect(st);
 }

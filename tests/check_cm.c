@@ -19,6 +19,7 @@
 #include <check.h>
 
 #include "check_suites.h"
+#include "cm_shm.h"
 #include "cmtest.h"
 #include "testutil.h"
 
@@ -116,6 +117,9 @@ static void cm_connect_family(int family)
 	memcpy(&remote, ev->param.conn.private_data, sizeof(remote));
 	ck_assert(cmt_pdata_is(&ev->param.conn, &remote, sizeof(remote)));
 	ferry_ack_cm_event(ev);
+	/* An established shm client keeps nothing of its request. */
+	if (to_cm_id(c.id)->tp == &cm_shm_transport)
+		ck_assert_ptr_null(shm_cm_state(to_cm_id(c.id))->request);
 
 	ck_assert_int_eq(tu_qp_state(c.id->qp), FERRY_QPS_RTS);
 	ck_assert_int_eq(tu_qp_state(s.id->qp), FERRY_QPS_RTS);
