@@ -1188,6 +1188,74 @@ START_TEST(test_credit_window_grows)
 }
 END_TEST
 
+/* Is the page of @s's target SGL (shared memory, after the ring) allocated? */
+static bool ts_target_sgl_page_in(struct ferry_sock *s)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uintptr_t at = (uintptr_t)s->target_sgl & ~(uintptr_t)(page - 1);
+	unsigned char in = 0;
+
+	ck_assert_int_eq(mincore((void *)at, (size_t)page, &in), 0);
+	return in & 1;
+}
+
+struct ts_acceptor {
+	int l, fd;
+};
+
+static void *ts_accept_one(void *arg)
+{
+	struct ts_acceptor *a = arg;
+
+	a->fd = ferry_sock_accept(a->l, NULL, NULL);
+	return NULL;
+}
+
+/*
+ * An idle connection sends nothing, not even the update that publishes
+ * the second half of a ring (which waits for data into the first): the
+ * pages holding the target SGLs stay unallocated at both ends.  The
+ * connect is blocking, as it returns credits once established.
+ */
+START_TEST(test_idle_leaves_target_sgl_alone)
+{
+	struct ts_acceptor acc = { .fd = -1 };
+	struct ferry_sock *sa, *sb;
+	struct sockaddr_in sin;
+	uint16_t port;
+	pthread_t th;
+	char c = 'i';
+	int a, i;
+
+	acc.l = ts_listen(&port);
+	ck_assert_int_eq(pthread_create(&th, NULL, ts_accept_one, &acc), 0);
+	a = ferry_socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(a, 0);
+	ts_addr(&sin, port);
+	ck_assert_int_eq(ferry_sock_connect(a, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_ge(acc.fd, 0);
+	sa = sock_get(a);
+	sb = sock_get(acc.fd);
+	/* What the keepalive service does to idle sockets, a few times over. */
+	for (i = 0; i < 4; i++) {
+		sock_progress(sa);
+		sock_progress(sb);
+	}
+	ck_assert(!ts_target_sgl_page_in(sa));
+	ck_assert(!ts_target_sgl_page_in(sb));
+	/* Data still flows both ways, and past the first half of each ring. */
+	ts_move_checked(a, acc.fd, 3 * (size_t)sb->rbuf_size);
+	ts_move_checked(acc.fd, a, 3 * (size_t)sa->rbuf_size);
+	ck_assert_int_eq(ferry_sock_send(a, &c, 1, 0), 1);
+	ts_read_all(acc.fd, &c, 1);
+	ck_assert_int_eq(c, 'i');
+	ferry_sock_close(a);
+	ferry_sock_close(acc.fd);
+	ferry_sock_close(acc.l);
+}
+END_TEST
+
 /* --- direct placement (iomap) --- */
 
 /* Send one byte from @from and take it at @to: everything before has landed. */
@@ -1371,6 +1439,7 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_integrity_stream);
 	tcase_add_test(tc, test_credits_count_data_only);
 	tcase_add_test(tc, test_credit_window_grows);
+	tcase_add_test(tc, test_idle_leaves_target_sgl_alone);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -230,12 +230,16 @@ struct ferry_sock {
 
 	/* Peer. */
 	struct rs_sge remote_sgl;	/* the peer's target SGL (addr, key, entries) */
+	/* The buffer the peer's connect data gave: entry 0 of target_sgl for
+	 * the first lap, held here so that a connection that sends nothing
+	 * never writes the page of shared memory target_sgl lives in. */
+	struct rs_sge first_target;
 	bool peer_swap;			/* peer's byte order differs */
 
 	/* Send side (slock). */
 	pthread_mutex_t slock;
 	uint32_t sbuf_head;		/* offset of the next byte into sbuf */
-	int target_idx;			/* current entry of target_sgl */
+	int target_idx;			/* current entry of target_sgl; -1: first_target */
 
 	/* Posting (plock). */
 	pthread_mutex_t plock;

@@ -131,9 +131,10 @@ static int sock_conn_data_take(struct ferry_sock *s, const void *data, uint8_t l
 	}
 	atomic_store(&s->sseq_comp, credits);
 	s->sseq_no = 0;
-	s->target_sgl[0] = buf;
-	memset(&s->target_sgl[1], 0, sizeof(s->target_sgl[1]));
-	s->target_idx = 0;
+	/* target_sgl, in a fresh ferry_alloc block, reads zero until the
+	 * peer writes its first update into entry 1. */
+	s->first_target = buf;
+	s->target_idx = -1;
 	s->remote_idx = 1;	/* entry 0 holds the buffer given in the exchange */
 	return 0;
 }

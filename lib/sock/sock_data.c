@@ -210,6 +210,12 @@ static void sock_credit_window_grow(struct ferry_sock *s)
  * sock_give_credits - grant credits (absolute: rseq_no + the credit window)
  * when half the window was used since the last grant, and publish the next
  * half of the ring once the application has freed it.  Takes plock.
+ *
+ * The ring's second half (the connect data gave the first) goes out only
+ * once data came into the first: until then the peer has nothing it could
+ * put there, and an idle connection sends no update at all, so neither end
+ * writes the other's target SGL and its page of shared memory stays
+ * unallocated.
  */
 void sock_give_credits(struct ferry_sock *s, bool force)
 {
@@ -229,7 +235,8 @@ void sock_give_credits(struct ferry_sock *s, bool force)
 	rseq = atomic_load(&s->rseq_no);
 	consumed = atomic_load(&s->r_consumed);
 	limit = (uint16_t)(rseq + s->credit_window);
-	publish = s->r_published + half <= consumed + s->rbuf_size;
+	publish = atomic_load_explicit(&s->r_received, memory_order_relaxed) &&
+		  s->r_published + half <= consumed + s->rbuf_size;
 	credit = (uint16_t)(limit - s->rseq_comp) >= s->credit_window / 2;
 	if ((!publish && !credit && !force) || !sock_ctrl_avail(s)) {
 		pthread_mutex_unlock(&s->plock);
@@ -358,6 +365,18 @@ int sock_progress(struct ferry_sock *s)
 
 /* --- sending --- */
 
+/* The peer's buffer the next write goes to (slock held, or as a hint). */
+static inline volatile struct rs_sge *sock_target(struct ferry_sock *s)
+{
+	return s->target_idx < 0 ? &s->first_target : &s->target_sgl[s->target_idx];
+}
+
+/* On to the next entry; first_target stands for entry 0.  slock held. */
+static inline void sock_target_next(struct ferry_sock *s)
+{
+	s->target_idx = s->target_idx < 0 ? 1 : (s->target_idx + 1) % RS_SGL_SIZE;
+}
+
 /*
  * Bytes that may go in the next write; slock held.  The last
  * RS_QP_CTRL_SIZE credits stay unused: an rsocket receiver posts one
@@ -366,7 +385,7 @@ int sock_progress(struct ferry_sock *s)
  */
 static uint32_t sock_send_space(struct ferry_sock *s)
 {
-	volatile struct rs_sge *t = &s->target_sgl[s->target_idx];
+	volatile struct rs_sge *t = sock_target(s);
 	uint32_t space = t->length, free_bytes = atomic_load(&s->sbuf_free);
 
 	if (!space || sock_credits(s) <= RS_QP_CTRL_SIZE ||
@@ -470,7 +489,7 @@ uint32_t sock_stage(struct ferry_sock *s, uint32_t len, const struct iovec **iov
 static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
 			   size_t *off_p)
 {
-	volatile struct rs_sge *t = &s->target_sgl[s->target_idx];
+	volatile struct rs_sge *t = sock_target(s);
 	uint64_t raddr = t->addr;
 	uint32_t rkey = t->key;
 	uint8_t small[SOCK_SMALL_MAX];
@@ -488,7 +507,7 @@ static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iove
 	t->addr = raddr + len;
 	t->length -= len;
 	if (!t->length)
-		s->target_idx = (s->target_idx + 1) % RS_SGL_SIZE;
+		sock_target_next(s);
 	pthread_mutex_lock(&s->plock);
 	ret = sock_post_write(s, sge, nsge, flags, raddr, rkey, rs_imm(RS_OP_DATA, len),
 			      wr_bytes, false);
