@@ -196,6 +196,24 @@ START_TEST(test_socket_args)
 }
 END_TEST
 
+/* sock_pid answers without a system call, and a child of fork() its own. */
+START_TEST(test_sock_pid_follows_fork)
+{
+	int status = -1;
+	pid_t child;
+
+	ck_assert_int_eq(sock_pid(), getpid());
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0)
+		_exit(sock_pid() == getpid() ? 0 : 1);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_assert_int_eq(sock_pid(), getpid());
+}
+END_TEST
+
 START_TEST(test_connect_send_recv_close)
 {
 	char buf[64];
@@ -1402,6 +1420,7 @@ Suite *sock_suite(void)
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_socket_args);
+	tcase_add_test(tc, test_sock_pid_follows_fork);
 	tcase_add_test(tc, test_connect_send_recv_close);
 	tcase_add_test(tc, test_partial_write_read);
 	tcase_add_test(tc, test_peek_dontwait);

@@ -271,6 +271,7 @@ struct ferry_sock {
 	uint64_t wait_gen;
 	atomic_uint drain_gen;		/* channel drains: an arm before one is spent */
 	bool detached;			/* sock_forget: the epoll set is shared */
+	bool freeing;			/* sock_free: the epoll set goes with it */
 
 	/* Keepalive (service thread). */
 	uint64_t ka_next_ns;
@@ -306,6 +307,12 @@ int sock_renumber(int from, int to);
  */
 void sock_forget(int fd);
 void sock_epoll_del(struct ferry_sock *s, int fd);
+/*
+ * sock_pid - this process's id without a system call (getpid(2) is one,
+ * and the spare buffers and the keepalive service ask it per connection);
+ * an atfork handler renews it in a child.
+ */
+pid_t sock_pid(void);
 
 /* --- sock_conn.c: CM setup --- */
 int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen_t len);

@@ -117,9 +117,31 @@ int sock_renumber(int from, int to)
 
 void sock_epoll_del(struct ferry_sock *s, int fd)
 {
-	if (s->detached)
-		return;	/* the set is another process's too (sock_forget) */
+	/* A set another process holds too (sock_forget) must keep its
+	 * entries; one about to be closed loses them anyway. */
+	if (s->detached || s->freeing)
+		return;
 	epoll_ctl(s->fd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+static pid_t sock_pid_cached;
+static pthread_once_t sock_pid_once = PTHREAD_ONCE_INIT;
+
+static void sock_pid_renew(void)
+{
+	__atomic_store_n(&sock_pid_cached, getpid(), __ATOMIC_RELAXED);
+}
+
+static void sock_pid_init(void)
+{
+	sock_pid_renew();
+	pthread_atfork(NULL, NULL, sock_pid_renew);
+}
+
+pid_t sock_pid(void)
+{
+	pthread_once(&sock_pid_once, sock_pid_init);
+	return __atomic_load_n(&sock_pid_cached, __ATOMIC_RELAXED);
 }
 
 struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec)
@@ -149,6 +171,7 @@ struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec)
 
 void sock_free(struct ferry_sock *s)
 {
+	s->freeing = true;
 	sock_conn_teardown(s);
 	sock_stat_detach(s);
 	close(s->fd);

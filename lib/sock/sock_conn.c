@@ -176,7 +176,8 @@ static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 	s->cch = ferry_create_comp_channel(s->ctx);
 	if (!s->cch)
 		return -1;
-	fcntl(s->cch->fd, F_SETFL, fcntl(s->cch->fd, F_GETFL) | O_NONBLOCK);
+	/* A fresh descriptor has no other status flag to keep. */
+	fcntl(s->cch->fd, F_SETFL, O_NONBLOCK);
 	if (sock_epoll_add(s, s->cch->fd) < 0)
 		return -1;
 	s->cq = ferry_create_cq(s->ctx, (int)(s->sq_size + sock_recv_depth(s)), s, s->cch, 0);
@@ -234,7 +235,7 @@ static _Atomic pid_t sock_spare_pid;
  */
 static void sock_spare_release(struct ferry_sock *sp, pid_t owner)
 {
-	if (owner != getpid()) {
+	if (owner != sock_pid()) {
 		sp->detached = true;
 		if (sp->pd)
 			ferry_pd_detach(sp->pd);
@@ -263,7 +264,7 @@ static void sock_conn_connect_spare_make(const struct ferry_sock *s)
 		sock_free(sp);
 		return;
 	}
-	atomic_store(&sock_spare_pid, getpid());
+	atomic_store(&sock_spare_pid, sock_pid());
 	if (!atomic_compare_exchange_strong(&sock_spare, &none, sp))
 		sock_free(sp);	/* another thread's came first */
 }
@@ -275,7 +276,7 @@ static void sock_conn_connect_spare_take(struct ferry_sock *s, struct ferry_cont
 
 	if (!sp)
 		return;
-	if (atomic_load(&sock_spare_pid) != getpid()) {
+	if (atomic_load(&sock_spare_pid) != sock_pid()) {
 		sock_spare_release(sp, atomic_load(&sock_spare_pid));	/* the parent's */
 		return;
 	}
@@ -573,7 +574,7 @@ static bool sock_conn_spare_fits(const struct ferry_sock *l, const struct ferry_
 static struct ferry_sock *sock_conn_new_accepted(struct ferry_sock *l,
 						 struct ferry_context *ctx)
 {
-	struct ferry_sock *s = l->spare_pid == getpid() ? l->spare : NULL;
+	struct ferry_sock *s = l->spare_pid == sock_pid() ? l->spare : NULL;
 
 	if (l->spare && !s)
 		sock_spare_release(l->spare, l->spare_pid);	/* the parent's */
@@ -598,7 +599,7 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 {
 	struct ferry_sock *s;
 
-	if (l->spare && l->spare_pid != getpid()) {
+	if (l->spare && l->spare_pid != sock_pid()) {
 		sock_spare_release(l->spare, l->spare_pid);	/* the parent's */
 		l->spare = NULL;
 	}
@@ -615,7 +616,7 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 		return;
 	}
 	l->spare = s;
-	l->spare_pid = getpid();
+	l->spare_pid = sock_pid();
 }
 
 /* A connection request: a new socket with its resources, accepted at once. */

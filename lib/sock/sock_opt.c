@@ -511,12 +511,12 @@ void sock_ka_update(struct ferry_sock *s)
 		ka_list = s;
 		s->in_ka_list = true;
 	}
-	if (!ka_started || ka_pid != getpid()) {
+	if (!ka_started || ka_pid != sock_pid()) {
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		if (pthread_create(&th, &attr, sock_ka_thread, NULL) == 0) {
 			ka_started = true;
-			ka_pid = getpid();
+			ka_pid = sock_pid();
 		}
 		pthread_attr_destroy(&attr);
 	}
