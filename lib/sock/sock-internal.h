@@ -46,6 +46,7 @@
 #ifndef FERRY_SOCK_INTERNAL_H
 #define FERRY_SOCK_INTERNAL_H
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -166,6 +167,13 @@ enum sock_state {
 #define SOCK_DISC_SENT		(1u << 5)	/* DISCONNECT sent */
 #define SOCK_TIMEDOUT		(1u << 6)	/* keepalive gave up: ETIMEDOUT */
 
+/* An address of the socket's families: 28 bytes, not sockaddr_storage's 128. */
+union sock_addr {
+	struct sockaddr sa;
+	struct sockaddr_in in;
+	struct sockaddr_in6 in6;
+};
+
 /* A CM event channel shared by a listener and the ids it accepted. */
 struct sock_chan {
 	struct ferry_event_channel *ch;
@@ -180,7 +188,7 @@ struct ferry_sock {
 	pthread_mutex_t cm_lock;
 	enum sock_state state;
 	int so_error;			/* pending error (SO_ERROR) */
-	struct sockaddr_storage bound;	/* bind() address, family 0 if none */
+	union sock_addr bound;		/* bind() address, family 0 if none */
 	struct sock_chan *chan;		/* CM channel: own, or the listener's */
 	bool chan_in_epoll;
 	struct ferry_cm_id *id;

@@ -228,7 +228,7 @@ int ferry_sock_bind(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	    addrlen < sock_addr_len(addr->sa_family))
 		return ERR(EINVAL);
 	pthread_mutex_lock(&s->cm_lock);
-	if (s->state != SOCK_INIT || s->bound.ss_family)
+	if (s->state != SOCK_INIT || s->bound.sa.sa_family)
 		ret = ERR(EINVAL);
 	else
 		memcpy(&s->bound, addr, sock_addr_len(addr->sa_family));
@@ -519,8 +519,8 @@ int ferry_sock_getsockname(int fd, struct sockaddr *addr, socklen_t *addrlen)
 	pthread_mutex_lock(&s->cm_lock);
 	if (s->id && ferry_get_local_addr(s->id)->sa_family)
 		sa = ferry_get_local_addr(s->id);
-	else if (s->bound.ss_family)
-		sa = (struct sockaddr *)&s->bound;
+	else if (s->bound.sa.sa_family)
+		sa = &s->bound.sa;
 	else {
 		any.ss_family = (sa_family_t)s->domain;
 		sa = (struct sockaddr *)&any;

@@ -429,7 +429,7 @@ int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen
 	if (sock_own_chan(s) < 0 ||
 	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0)
 		goto err;
-	if (ferry_resolve_addr(s->id, s->bound.ss_family ? (struct sockaddr *)&s->bound : NULL,
+	if (ferry_resolve_addr(s->id, s->bound.sa.sa_family ? &s->bound.sa : NULL,
 			       (struct sockaddr *)&dst, SOCK_CM_TIMEOUT_MS) < 0)
 		goto err;
 	s->state = SOCK_CONNECTING;
@@ -523,11 +523,11 @@ int sock_conn_listen(struct ferry_sock *s, int backlog)
 	if (sock_own_chan(s) < 0 ||
 	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0)
 		goto err;
-	if (!s->bound.ss_family) {
+	if (!s->bound.sa.sa_family) {
 		memset(&any, 0, sizeof(any));
 		any.ss_family = (sa_family_t)s->domain;
 	}
-	if (ferry_bind_addr(s->id, s->bound.ss_family ? (struct sockaddr *)&s->bound :
+	if (ferry_bind_addr(s->id, s->bound.sa.sa_family ? &s->bound.sa :
 			    (struct sockaddr *)&any) < 0 ||
 	    ferry_listen(s->id, backlog > 0 ? backlog : 128) < 0)
 		goto err;

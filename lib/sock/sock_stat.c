@@ -268,8 +268,8 @@ void sock_stat_update(struct ferry_sock *s)
 		if (state != SOCK_LISTENING)
 			peer = ferry_get_peer_addr(s->id);
 	}
-	if ((!local || !local->sa_family) && s->bound.ss_family)
-		local = (const struct sockaddr *)&s->bound;
+	if ((!local || !local->sa_family) && s->bound.sa.sa_family)
+		local = &s->bound.sa;
 	pthread_mutex_lock(&stat_seg.lock);
 	if (sock_stat_own(slot)) {
 		sock_stat_begin(slot);
