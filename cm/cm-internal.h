@@ -20,7 +20,7 @@
  *    hands the loop its first event of the id, and touches the id no more
  *    in that call.  A call that ends the id's life in the loop (accept,
  *    reject, disconnect, destroy) may take the id back first
- *    (cm_transport.unloop: event_del waits out a callback that runs).
+ *    (cm_transport.unloop: cm_watch_del waits out a callback that runs).
  *
  * Two things always run in the caller's thread because they may block:
  * QP creation (ferry_cm_create_qp, cm_transport.qp_init) and
@@ -38,6 +38,11 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include <sys/types.h>
+
+#include <event2/util.h>
+#include <event2/event.h>
 
 #include <ferry/cm.h>
 
@@ -217,6 +222,44 @@ int cm_id_call(struct cm_id_priv *id, const struct cm_transport *tp,
  */
 int cm_id_call_taking(struct cm_id_priv *id, const struct cm_transport *tp,
 		      int (*fn)(void *arg), void *arg);
+
+/* --- cm_watch.c --- */
+
+/* States of a cm_watch (changed under the watch set's lock). */
+enum cm_watch_state {
+	CM_WATCH_IDLE,		/* not in the set */
+	CM_WATCH_ARMED,		/* in the set, its callback not taken yet */
+	CM_WATCH_FIRING,	/* its callback runs in the CM thread */
+};
+
+/*
+ * A socket the CM thread watches, one shot: armed and stopped from any
+ * thread without waking the CM thread (libevent's event_add/event_del
+ * from another thread do).  Its callback runs in the CM thread with
+ * EV_READ, EV_CLOSED (hang-up or error) or EV_TIMEOUT.  Kept by the
+ * watch's owner; it must be stopped (cm_watch_del) before it is freed.
+ */
+struct cm_watch {
+	int fd;
+	short what;			/* EV_READ and/or EV_CLOSED */
+	event_callback_fn cb;
+	void *arg;
+	uint64_t deadline_ms;		/* CLOCK_MONOTONIC ms, 0: none */
+	enum cm_watch_state state;
+	pid_t pid;			/* process that armed it */
+	struct cm_watch *next, **pprev;	/* the timed list, while armed with a deadline */
+};
+
+/* Arm @w (idle) on @fd; 0, or -1 with errno. */
+int cm_watch_add(struct cm_watch *w, int fd, short what, event_callback_fn cb, void *arg,
+		 uint64_t deadline_ms);
+/* Arm @w again as it was last armed (same deadline). */
+int cm_watch_readd(struct cm_watch *w);
+/*
+ * Stop @w: once this returns its callback does not run and is not
+ * running (unless the caller is that callback).  True if it was armed.
+ */
+bool cm_watch_del(struct cm_watch *w);
 
 /* --- cm_event.c --- */
 

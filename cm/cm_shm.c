@@ -73,8 +73,8 @@ struct shm_cm_id *shm_cm_state_get(struct cm_id_priv *id)
 		free(st);
 		return NULL;
 	}
-	st->sock_ev = event_new(base, -1, 0, shm_cm_unaimed, st);
-	if (!st->sock_ev) {
+	st->retry_ev = event_new(base, -1, 0, shm_cm_unaimed, st);
+	if (!st->retry_ev) {
 		free(st);
 		return NULL;
 	}
@@ -109,7 +109,7 @@ static void shm_cm_destroy(struct cm_id_priv *id)
 	if (st->bind_fd >= 0)
 		close(st->bind_fd);
 	shm_cm_close_sock(st);
-	event_free(st->sock_ev);
+	event_free(st->retry_ev);
 	free(st->request);
 	free(st);
 	*slot = NULL;
@@ -291,29 +291,43 @@ int shm_cm_arm(struct shm_cm_id *st, int fd, short what, event_callback_fn cb,
 	       const struct timeval *tv)
 {
 	struct event_base *base = cm_thread_base();
+	int ret;
 
-	if (!base || event_assign(st->sock_ev, base, fd, what, cb, st) < 0)
+	if (!base)
 		return ERR(ENOMEM);
 	st->armed = true;
+	st->retry_armed = fd < 0;
 	st->armed_deadline_ms = tv ? shm_cm_now_ms() + (uint64_t)tv->tv_sec * 1000 +
 				     (uint64_t)tv->tv_usec / 1000 : 0;
 	st->id->in_loop = true;	/* before the loop can see it */
-	if (event_add(st->sock_ev, tv) < 0) {
+	if (fd >= 0)
+		ret = cm_watch_add(&st->watch, fd, what, cb, st, st->armed_deadline_ms);
+	else if (event_assign(st->retry_ev, base, -1, 0, cb, st) < 0)
+		ret = -1;
+	else
+		ret = event_add(st->retry_ev, tv);
+	if (ret < 0) {
 		st->armed = false;
 		return ERR(ENOMEM);
 	}
 	return 0;
 }
 
+/* Stop what is armed; the retry timer only if it may be (event_del from
+ * another thread than the CM thread's wakes it up). */
 void shm_cm_disarm(struct shm_cm_id *st)
 {
 	st->armed = false;
-	event_del(st->sock_ev);
+	cm_watch_del(&st->watch);
+	if (st->retry_armed)
+		event_del(st->retry_ev);
+	st->retry_armed = false;
 }
 
 void shm_cm_fired(struct shm_cm_id *st)
 {
 	st->armed = false;
+	st->retry_armed = false;
 }
 
 /* Watch an exchanged socket for hang-up, never reading it. */
@@ -328,8 +342,9 @@ int shm_cm_watch_hangup(struct shm_cm_id *st)
 
 /*
  * The caller's thread: take the id back from the loop for a call that
- * ends or restarts its life there.  event_del waits for a callback of the
- * id that runs right now, and once it returns none will run.  A listener
+ * ends or restarts its life there.  cm_watch_del (event_del for the retry
+ * timer) waits for a callback of the id that runs right now, and once it
+ * returns none will run; neither wakes the CM thread.  A listener
  * (its connections and requests have events of their own) stays the
  * loop's.
  */
@@ -339,8 +354,11 @@ static int shm_cm_unloop(struct cm_id_priv *id)
 
 	if (st && st->accept_ev)	/* set at listen, before the loop saw it */
 		return ERR(EBUSY);
-	if (st)
-		event_del(st->sock_ev);	/* armed says whether to give it back */
+	if (st) {	/* armed says whether to give it back */
+		cm_watch_del(&st->watch);
+		if (st->retry_armed)
+			event_del(st->retry_ev);
+	}
 	id->in_loop = false;
 	return 0;
 }
@@ -361,7 +379,7 @@ static void shm_cm_reloop(struct cm_id_priv *id)
 	}
 	tv = shm_cm_tv(st->armed_deadline_ms > now ? st->armed_deadline_ms - now : 0);
 	id->in_loop = true;
-	if (event_add(st->sock_ev, st->armed_deadline_ms ? &tv : NULL) < 0)
+	if ((st->retry_armed ? event_add(st->retry_ev, &tv) : cm_watch_readd(&st->watch)) < 0)
 		ferry_warn("cm: cannot watch a connection again");
 }
 

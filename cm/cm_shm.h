@@ -54,11 +54,15 @@ struct shm_cm_id {
 	struct event *accept_ev;	/* bind_fd readable */
 	struct shm_cm_pending *pending;	/* accepted, waiting for CONNECT_REQ */
 	int sock;			/* the connection, -1 */
-	/* Reply, hang-up or retry timer: one event for the id's whole life,
-	 * aimed anew by shm_cm_arm, so that another thread may event_del it
-	 * (shm_cm_unloop) without racing with a callback that replaces it. */
-	struct event *sock_ev;
-	bool armed;			/* sock_ev added and its callback not run yet */
+	/* Reply, request or hang-up watch of the socket: one for the id's
+	 * whole life, aimed anew by shm_cm_arm, armed and stopped by
+	 * whichever thread owns the id without waking the CM thread. */
+	struct cm_watch watch;
+	/* The retry timer (a full backlog), rare: a libevent event, added
+	 * and deleted like the watch. */
+	struct event *retry_ev;
+	bool armed;			/* the watch or retry_ev armed, its callback not run */
+	bool retry_armed;		/* ... and it was retry_ev */
 	uint64_t armed_deadline_ms;	/* its timeout's end, 0: none */
 	struct shm_cm_request *request;	/* client, until the answer */
 };
@@ -93,15 +97,16 @@ uint8_t shm_cm_min(uint8_t a, uint8_t b);
 /* After the QP exchange: watch the socket for EV_CLOSED only. */
 int shm_cm_watch_hangup(struct shm_cm_id *st);
 /*
- * shm_cm_arm - aim the id's event at @fd for @what, calling @cb, and add it
- * (timeout @tv, may be NULL): the loop owns the id from now (in_loop).
- * The owner's thread; the event must not be pending.
+ * shm_cm_arm - aim the id's watch at @fd for @what (EV_READ, EV_CLOSED),
+ * calling @cb, and arm it (timeout @tv, may be NULL); @fd -1: the retry
+ * timer, @tv only.  The loop owns the id from now (in_loop).  The owner's
+ * thread; nothing of the id may be armed.
  */
 int shm_cm_arm(struct shm_cm_id *st, int fd, short what, event_callback_fn cb,
 	       const struct timeval *tv);
-/* Stop the id's event (it stays allocated). */
+/* Stop the id's watch or timer (waits out its callback if it runs). */
 void shm_cm_disarm(struct shm_cm_id *st);
-/* First thing in a callback of the id's event: it is no longer added. */
+/* First thing in a callback of the id's watch or timer: it is no longer armed. */
 void shm_cm_fired(struct shm_cm_id *st);
 
 /* cm_shm_listen.c */

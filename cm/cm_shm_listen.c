@@ -194,7 +194,7 @@ static int shm_cm_request(struct shm_cm_id *st, int sock, const struct cm_msg *m
 	return 0;
 
 err_free_state:
-	event_free(rst->sock_ev);
+	event_free(rst->retry_ev);
 	free(rst);
 err_free_id:
 	cm_id_free_unreported(req);
