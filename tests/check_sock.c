@@ -1260,8 +1260,14 @@ START_TEST(test_idle_leaves_target_sgl_alone)
 		sock_progress(sa);
 		sock_progress(sb);
 	}
-	ck_assert(!ts_target_sgl_page_in(sa));
-	ck_assert(!ts_target_sgl_page_in(sb));
+	/* (On verbs, registering the ring pins, and so allocates, its pages.) */
+	if (tu_on_shm()) {
+		ck_assert(!ts_target_sgl_page_in(sa));
+		ck_assert(!ts_target_sgl_page_in(sb));
+	} else {
+		printf("SKIP test_idle_leaves_target_sgl_alone (page check) on %s: "
+		       "registering memory with the device pins its pages\n", tu_transport());
+	}
 	/* Data still flows both ways, and past the first half of each ring. */
 	ts_move_checked(a, acc.fd, 3 * (size_t)sb->rbuf_size);
 	ts_move_checked(acc.fd, a, 3 * (size_t)sa->rbuf_size);
