@@ -111,7 +111,11 @@ static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
 	struct cmsghdr *cm;
 	ssize_t n;
 
-	if (timeout_ms >= 0) {
+	/* The peer usually sent it already: poll only when it has not. */
+	do
+		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && errno == EAGAIN && timeout_ms >= 0) {
 		struct pollfd pfd = { .fd = sock, .events = POLLIN };
 		int r;
 
@@ -122,10 +126,10 @@ static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
 			return -1;
 		if (r == 0)
 			return ERR(ETIMEDOUT);
+		do
+			n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		while (n < 0 && errno == EINTR);
 	}
-	do
-		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -1;
 	if (n == 0)
