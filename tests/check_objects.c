@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -674,6 +675,55 @@ START_TEST(test_arena_region_outlives_qp)
 }
 END_TEST
 
+/* Mappings of "ferry-test-seg" files in /proc/self/maps. */
+static int arena_test_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "memfd:ferry-test-seg") != NULL;
+	fclose(f);
+	return n;
+}
+
+/*
+ * A peer's segment stays mapped while unused, up to SHM_KEEP_IDLE of them:
+ * the next connection to that peer finds it mapped; past the limit the
+ * ones unused the longest go.
+ */
+START_TEST(test_arena_peer_maps_kept)
+{
+	enum { N = SHM_KEEP_IDLE + 4 };
+	struct shm_mapping *m[N], *again;
+	const void *p[N], *q;
+	int fd[N];
+
+	for (int i = 0; i < N; i++) {
+		fd[i] = ferry_memfd_create("ferry-test-seg", 1 << 20);
+		ck_assert_int_ge(fd[i], 0);
+		m[i] = shm_arena_map_peer(fd[i], 4096, 64, &p[i]);
+		ck_assert_ptr_nonnull(m[i]);
+	}
+	ck_assert_int_eq(arena_test_maps(), N);
+	for (int i = 0; i < N; i++)
+		shm_unmap(m[i]);
+	ck_assert_int_eq(arena_test_maps(), SHM_KEEP_IDLE);
+	/* the last one given up is still there, at the same place */
+	again = shm_arena_map_peer(fd[N - 1], 4096, 64, &q);
+	ck_assert_ptr_eq(again, m[N - 1]);
+	ck_assert_ptr_eq(q, p[N - 1]);
+	ck_assert_int_eq(arena_test_maps(), SHM_KEEP_IDLE);
+	shm_unmap(again);
+	/* a piece outside the file is refused */
+	ck_assert_ptr_null(shm_arena_map_peer(fd[0], (1 << 20) - 32, 64, &q));
+	for (int i = 0; i < N; i++)
+		close(fd[i]);
+}
+END_TEST
+
 Suite *objects_suite(void)
 {
 	Suite *s = suite_create("objects");
@@ -711,6 +761,7 @@ Suite *objects_suite(void)
 		tcase_add_test(tc, test_arena_notify);
 		tcase_add_test(tc, test_arena_fork);
 		tcase_add_test(tc, test_arena_region_outlives_qp);
+		tcase_add_test(tc, test_arena_peer_maps_kept);
 		suite_add_tcase(s, tc);
 	}
 	return s;

@@ -172,7 +172,8 @@ struct shm_mapping {
 	int prot;
 	int refs;
 	bool keep;		/* a peer's arena segment: stays mapped unused */
-	struct shm_mapping *next;
+	uint64_t idle_since;	/* (kept ones) when the last user went */
+	struct shm_mapping *next, *prev;
 };
 
 /*

@@ -35,6 +35,8 @@ uint64_t shm_now_ns(void)
 
 static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_mapping *maps;
+static uint64_t maps_clock;	/* orders the kept mappings' last uses */
+static int maps_idle_kept;	/* kept mappings nobody uses now */
 
 struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot)
 {
@@ -58,7 +60,8 @@ struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot)
 	pthread_mutex_lock(&maps_lock);
 	for (m = maps; m; m = m->next) {
 		if (m->dev == st.st_dev && m->ino == st.st_ino && m->prot == prot) {
-			m->refs++;
+			if (m->refs++ == 0)
+				maps_idle_kept--;	/* only kept ones stay at zero */
 			pthread_mutex_unlock(&maps_lock);
 			return m;
 		}
@@ -77,7 +80,10 @@ struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot)
 	m->ino = st.st_ino;
 	m->prot = prot;
 	m->refs = 1;
+	m->prev = NULL;
 	m->next = maps;
+	if (maps)
+		maps->prev = m;
 	maps = m;
 	pthread_mutex_unlock(&maps_lock);
 	return m;
@@ -98,43 +104,48 @@ void shm_map_keep(struct shm_mapping *m)
 	pthread_mutex_unlock(&maps_lock);
 }
 
-/* Unmap every unused mapping but the @keep newest kept ones; maps_lock held. */
-static void shm_unmap_idle_locked(int keep)
+static void shm_mapping_unlink_locked(struct shm_mapping *m)
 {
-	struct shm_mapping **pp = &maps, *m;
-
-	while ((m = *pp)) {
-		if (m->refs == 0 && (!m->keep || keep-- <= 0)) {
-			*pp = m->next;
-			munmap(m->addr, m->size);
-			free(m);
-			continue;
-		}
-		pp = &m->next;
-	}
+	if (m->next)
+		m->next->prev = m->prev;
+	if (m->prev)
+		m->prev->next = m->next;
+	else
+		maps = m->next;
 }
 
 void shm_unmap(struct shm_mapping *m)
 {
+	struct shm_mapping *old = NULL, *v;
+
 	if (!m)
 		return;
 	pthread_mutex_lock(&maps_lock);
-	if (--m->refs == 0) {
-		/* Newest first: maps is in order of first mapping, so move it
-		 * to the head, where the scan keeps the first SHM_KEEP_IDLE. */
-		struct shm_mapping **pp;
-
-		for (pp = &maps; *pp; pp = &(*pp)->next) {
-			if (*pp == m) {
-				*pp = m->next;
-				break;
-			}
-		}
-		m->next = maps;
-		maps = m;
-		shm_unmap_idle_locked(SHM_KEEP_IDLE);
+	if (--m->refs > 0) {
+		pthread_mutex_unlock(&maps_lock);
+		return;
 	}
+	if (!m->keep) {
+		shm_mapping_unlink_locked(m);
+		old = m;
+	} else if (++maps_idle_kept > SHM_KEEP_IDLE) {
+		/* Too many kept: the one unused the longest goes (rare: a peer
+		 * process per kept segment, and most of them gone). */
+		for (v = maps; v; v = v->next)
+			if (v->keep && v->refs == 0 && v != m &&
+			    (!old || v->idle_since < old->idle_since))
+				old = v;
+		if (old) {
+			shm_mapping_unlink_locked(old);
+			maps_idle_kept--;
+		}
+	}
+	m->idle_since = ++maps_clock;
 	pthread_mutex_unlock(&maps_lock);
+	if (old) {
+		munmap(old->addr, old->size);
+		free(old);
+	}
 }
 
 static struct shm_shared_fd {
