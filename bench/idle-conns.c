@@ -17,6 +17,10 @@
  * is missed and nothing is counted twice.  Kernel memory (socket buffers,
  * struct sock, epoll and eventfd objects) is in neither figure.
  *
+ * Descriptors are counted in /proc/PID/fd of each process, before and
+ * after, and given per connection ("fds/c"): the hard limit on them, not
+ * memory, is what bounds the connections a process can hold.
+ *
  * Usage: idle-conns [-n N] [-k ferry|tcp|both]   (default 10000, both)
  * Raises RLIMIT_NOFILE as far as the hard limit allows.
  */
@@ -162,6 +166,24 @@ static void ic_memfd_add(struct ic_memfds *m, const char *path)
 	m->bytes += (uint64_t)st.st_blocks * 512;
 }
 
+/* How many descriptors @pid holds. */
+static int ic_fd_count(pid_t pid)
+{
+	char dirpath[64];
+	struct dirent *de;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(dirpath, sizeof(dirpath), "/proc/%d/fd", (int)pid);
+	dir = opendir(dirpath);
+	if (!dir)
+		ic_die("%s: %s", dirpath, strerror(errno));
+	while ((de = readdir(dir)) != NULL)
+		n += de->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
 /* The memfds @pid holds open. */
 static void ic_memfds_open(struct ic_memfds *m, pid_t pid)
 {
@@ -227,6 +249,7 @@ static uint64_t ic_memfds_mapped(struct ic_memfds *m, pid_t pid)
 
 struct ic_memory {
 	uint64_t pss_kb[2];		/* client, server */
+	int fds[2];			/* descriptors open: client, server */
 	uint64_t memfd_pss_kb;		/* both: Pss of memfd mappings */
 	uint64_t memfd_bytes;		/* distinct memfds, allocated */
 	int memfds;
@@ -240,6 +263,8 @@ static void ic_measure(pid_t client, pid_t server, struct ic_memory *mem)
 	memset(&m, 0, sizeof(m));
 	mem->pss_kb[0] = ic_pss_kb(client);
 	mem->pss_kb[1] = ic_pss_kb(server);
+	mem->fds[0] = ic_fd_count(client);
+	mem->fds[1] = ic_fd_count(server);
 	mem->memfd_pss_kb = ic_memfds_mapped(&m, client) + ic_memfds_mapped(&m, server);
 	ic_memfds_open(&m, client);
 	ic_memfds_open(&m, server);
@@ -380,10 +405,12 @@ static bool ic_run(const struct ic_api *api, int n, struct ic_memory *mem,
 static void ic_print(const char *name, int n, const struct ic_memory *m,
 		     const struct ic_memory *base)
 {
-	printf("%-10s %6d %10.1f %10.1f %10.1f %8d %10.1f %10.1f\n", name, n,
+	printf("%-10s %6d %10.1f %10.1f %10.1f %8d %10.1f %10.1f %8.2f %8.2f\n", name, n,
 	       m->pss_kb[0] / 1024.0, m->pss_kb[1] / 1024.0,
 	       m->memfd_bytes / 1048576.0, m->memfds, m->total_mb,
-	       n ? (m->total_mb - base->total_mb) * 1e6 / n / 1024 : 0.0);
+	       n ? (m->total_mb - base->total_mb) * 1e6 / n / 1024 : 0.0,
+	       (double)(m->fds[0] - base->fds[0]) / n,
+	       (double)(m->fds[1] - base->fds[1]) / n);
 }
 
 int main(int argc, char **argv)
@@ -418,9 +445,9 @@ int main(int argc, char **argv)
 		       "raise it (ulimit -Hn) or use -n\n", (unsigned long long)nofile, n);
 	printf("# total = Pss of both (smaps_rollup) with ferry's memfds counted once; "
 	       "kernel memory not included\n");
-	printf("%-10s %6s %10s %10s %10s %8s %10s %10s\n", "kind", "conns",
+	printf("%-10s %6s %10s %10s %10s %8s %10s %10s %8s %8s\n", "kind", "conns",
 	       "client MiB", "server MiB", "memfd MiB", "memfds", "total MB",
-	       "KiB/conn");
+	       "KiB/conn", "fds/c cl", "fds/c sv");
 	fflush(stdout);
 	if (do_ferry && (ok = ic_run(&ic_ferry, n, &mem, &base))) {
 		ic_print(ic_ferry.name, n, &mem, &base);

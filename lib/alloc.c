@@ -157,7 +157,29 @@ void ferry_free(void *addr)
 		return;
 	}
 	munmap(blk.addr, blk.size);
-	close(blk.fd);
+	if (blk.fd >= 0)
+		close(blk.fd);
+}
+
+int ferry_block_drop_fd(const void *addr)
+{
+	int fd = -1;
+	size_t i;
+
+	pthread_mutex_lock(&blocks_lock);
+	for (i = 0; i < nblocks; i++) {
+		if (blocks[i].addr == addr) {
+			fd = blocks[i].fd;
+			blocks[i].fd = -1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&blocks_lock);
+	if (i == nblocks)
+		return ERR(EINVAL);
+	if (fd >= 0)
+		close(fd);
+	return 0;
 }
 
 bool ferry_block_find(const void *addr, size_t len, struct ferry_block *blk_p)
@@ -203,7 +225,10 @@ int ferry_block_dup_fd(uint64_t id)
 	pthread_mutex_lock(&blocks_lock);
 	for (i = 0; i < nblocks; i++) {
 		if (blocks[i].id == id) {
-			fd = ferry_fd_dup(blocks[i].fd);
+			if (blocks[i].fd >= 0)
+				fd = ferry_fd_dup(blocks[i].fd);
+			else
+				errno = EBADF;	/* ferry_block_drop_fd */
 			break;
 		}
 	}

@@ -158,7 +158,7 @@ void ferry_log(enum ferry_log_level level, const char *fmt, ...)
 struct ferry_block {
 	void *addr;
 	size_t size;		/* mapped size, page multiple */
-	int fd;			/* memfd, F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL */
+	int fd;			/* memfd, F_SEAL_SHRINK|F_SEAL_GROW; -1: dropped */
 	uint64_t id;		/* process-unique, never reused */
 	unsigned long ino;	/* inode of the memfd: refuse it from peers */
 	pid_t owner;		/* process that allocated it (a forked child shares it) */
@@ -170,8 +170,19 @@ struct ferry_block {
  * fd is only valid while the caller keeps a registration on it).
  */
 bool ferry_block_find(const void *addr, size_t len, struct ferry_block *blk_p);
-/* A new descriptor (CLOEXEC) of block @id's memfd, or -1 if it is gone. */
+/* A new descriptor (CLOEXEC) of block @id's memfd, or -1 if it is gone
+ * (or its descriptor was dropped). */
 int ferry_block_dup_fd(uint64_t id);
+/*
+ * ferry_block_drop_fd - close the memfd of the block mapped at @addr,
+ * keeping the block (mapped here, and wherever peers mapped it): a block
+ * that no new peer will need costs no descriptor.  From then on it cannot
+ * be passed on (ferry_block_dup_fd fails, announcements skip it), so only
+ * for memory whose every peer already has it -- a stream socket's ring,
+ * once its one connection's exchange is over.  -1 + EINVAL if @addr is
+ * no block's start.
+ */
+int ferry_block_drop_fd(const void *addr);
 /* Is @ino a block this very process allocated (not one inherited by fork)? */
 bool ferry_block_is_own_inode(unsigned long ino);
 /* Create a sealed memfd of @size bytes (rounded up to pages). -1 + errno. */

@@ -1280,6 +1280,52 @@ START_TEST(test_idle_leaves_target_sgl_alone)
 }
 END_TEST
 
+/*
+ * Descriptors an idle connection costs its two ends, in one process (on
+ * shm; see the list atop sock-internal.h): the ring's memfd is not among
+ * them once the connection is up, the peer has mapped it.
+ */
+#define TS_IDLE_PAIR_FDS	13	/* client's and accepted end's */
+#define TS_IDLE_PAIRS		8
+
+START_TEST(test_idle_descriptors)
+{
+	int fds[2 * (TS_IDLE_PAIRS + 2)], l, i, before = 0, per_pair;
+	struct ferry_block blk;
+	struct ferry_sock *s;
+	uint16_t port;
+
+	l = ts_listen(&port);
+	/* Two first: the process-wide pieces (CM and monitor threads, arena,
+	 * spares) come with them. */
+	for (i = 0; i < TS_IDLE_PAIRS + 2; i++) {
+		if (i == 2)
+			before = cmt_count_fds();
+		fds[2 * i] = ts_connect_start(port);
+		ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+		fds[2 * i + 1] = ferry_sock_accept(l, NULL, NULL);
+		ck_assert_int_ge(fds[2 * i + 1], 0);
+		ts_connect_finish(fds[2 * i]);
+	}
+	per_pair = (cmt_count_fds() - before) / TS_IDLE_PAIRS;
+	printf("test_idle_descriptors: %d descriptors per connection (both ends)\n", per_pair);
+	for (i = 0; i < 2 * (TS_IDLE_PAIRS + 2); i++) {
+		s = sock_get(fds[i]);
+		ck_assert_ptr_nonnull(s);
+		ck_assert(ferry_block_find(s->rbuf, 1, &blk));
+		ck_assert_int_eq(blk.fd, -1);
+	}
+	if (tu_on_shm())
+		ck_assert_int_le(per_pair, TS_IDLE_PAIR_FDS);
+	/* Data still flows both ways through rings whose memfds are gone. */
+	ts_move_checked(fds[0], fds[1], 3 * (size_t)sock_get(fds[1])->rbuf_size);
+	ts_move_checked(fds[1], fds[0], 3 * (size_t)sock_get(fds[0])->rbuf_size);
+	for (i = 0; i < 2 * (TS_IDLE_PAIRS + 2); i++)
+		ck_assert_int_eq(ferry_sock_close(fds[i]), 0);
+	ferry_sock_close(l);
+}
+END_TEST
+
 /* --- direct placement (iomap) --- */
 
 /* Send one byte from @from and take it at @to: everything before has landed. */
@@ -1465,6 +1511,7 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_credits_count_data_only);
 	tcase_add_test(tc, test_credit_window_grows);
 	tcase_add_test(tc, test_idle_leaves_target_sgl_alone);
+	tcase_add_test(tc, test_idle_descriptors);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -396,6 +396,21 @@ void sock_conn_teardown(struct ferry_sock *s)
 	}
 }
 
+/*
+ * The connection is up: both QPs' exchanges are over, and with them the
+ * announcement of the ring's block to the peer, the one peer this PD will
+ * ever have.  Its memfd is needed no more: one descriptor less per
+ * connection (the mapping stays, here and in the peer).
+ */
+static void sock_conn_established(struct ferry_sock *s)
+{
+	if (s->rbuf && ferry_block_drop_fd(s->rbuf) < 0)
+		ferry_debug("sock %d: keeping the ring's descriptor: %m", s->fd);
+	atomic_store(&s->last_rx_ns, sock_now_ns());
+	__atomic_store_n(&s->state, SOCK_CONNECTED, __ATOMIC_RELEASE);
+	sock_stat_update(s);
+}
+
 static void sock_conn_param(struct ferry_conn_param *param, const uint8_t *pd)
 {
 	memset(param, 0, sizeof(*param));
@@ -503,9 +518,7 @@ static void sock_conn_active_event(struct ferry_sock *s, struct ferry_cm_event *
 			ferry_disconnect(s->id);
 			break;
 		}
-		atomic_store(&s->last_rx_ns, sock_now_ns());
-		__atomic_store_n(&s->state, SOCK_CONNECTED, __ATOMIC_RELEASE);
-		sock_stat_update(s);
+		sock_conn_established(s);
 		sock_ka_update(s);
 		break;
 	default:
@@ -690,9 +703,7 @@ static void sock_conn_passive_event(struct ferry_sock *l, struct ferry_cm_event 
 		sock_free(s);
 		return;
 	}
-	atomic_store(&s->last_rx_ns, sock_now_ns());
-	__atomic_store_n(&s->state, SOCK_CONNECTED, __ATOMIC_RELEASE);
-	sock_stat_update(s);
+	sock_conn_established(s);
 	if (l->ready_tail)
 		l->ready_tail->next = s;
 	else
