@@ -61,15 +61,14 @@ static void hostile_corrupt(struct tu_end *e, enum hostile_mode mode,
 {
 	struct shm_qp *sqp = to_sqp(e->qp);
 	struct shm_region *reg;
-	uint8_t *base, *ring;
-	size_t len, head = shm_region_head_size();
+	uint8_t *base;
+	size_t len;
 	void *addr;
 
 	TU_CHILD_CHECK(shm_qp_test_region(e->qp, &addr, &len) == 0);
-	TU_CHILD_CHECK(len >= head);
+	TU_CHILD_CHECK(len >= sqp->region_head_off + shm_region_head_size());
 	base = addr;
-	reg = addr;
-	ring = base + head;
+	reg = sqp->region;
 	switch (mode) {
 	case HOSTILE_FF:
 		memset(base, 0xff, len);
@@ -79,34 +78,34 @@ static void hostile_corrupt(struct tu_end *e, enum hostile_mode mode,
 			base[i] = (uint8_t)rand_r(seed);
 		break;
 	case HOSTILE_COUNTERS: {
-		size_t rq_bytes = (size_t)sqp->rq_size * sqp->rq_stride;
-		struct shm_delivery *dq = (struct shm_delivery *)(ring + rq_bytes);
 		uint32_t dq_size = reg->dq_size;
 
 		atomic_store(&reg->rq_prod, atomic_load(&reg->rq_prod) + (1ull << 40));
 		/* every delivery slot claims a sequence number far ahead */
-		if (head + rq_bytes + dq_size * sizeof(*dq) <= len)
+		if (dq_size * sizeof(struct shm_delivery) <= sqp->region_head_off)
 			for (uint32_t i = 0; i < dq_size; i++)
-				atomic_store(&dq[i].seq, sqp->dq_seq + (1ull << 20) + i);
+				atomic_store(&shm_dq_entry((uint8_t *)reg, dq_size, i)->seq,
+					     sqp->dq_seq + (1ull << 20) + i);
 		break;
 	}
 	case HOSTILE_DELIVERIES: {
-		size_t rq_bytes = (size_t)sqp->rq_size * sqp->rq_stride;
-		struct shm_delivery *dq = (struct shm_delivery *)(ring + rq_bytes);
 		uint32_t dq_size = reg->dq_size;
 
-		if (head + rq_bytes + dq_size * sizeof(*dq) <= len)
+		if (dq_size * sizeof(struct shm_delivery) <= sqp->region_head_off)
 			for (uint32_t i = 0; i < dq_size; i++) {
-				dq[i].opcode = i % 2 ? 0x1234 : FERRY_WC_RECV;
-				dq[i].status = i % 3 ? 999 : FERRY_WC_SUCCESS;
-				dq[i].byte_len = i % 2 ? 0xffffffffu : H_RECV_LEN + 1;
-				dq[i].imm_data = 0xdeadbeef;
-				dq[i].flags = 0xffffffffu;
+				struct shm_delivery *d = shm_dq_entry((uint8_t *)reg, dq_size, i);
+
+				d->opcode = i % 2 ? 0x1234 : FERRY_WC_RECV;
+				d->status = i % 3 ? 999 : FERRY_WC_SUCCESS;
+				d->byte_len = i % 2 ? 0xffffffffu : H_RECV_LEN + 1;
+				d->imm_data = 0xdeadbeef;
+				d->flags = 0xffffffffu;
 			}
 		/* the next three slots look like the deliveries the parent expects */
-		if (head + rq_bytes + dq_size * sizeof(*dq) <= len && dq_size)
+		if (dq_size * sizeof(struct shm_delivery) <= sqp->region_head_off && dq_size)
 			for (uint64_t k = 1; k <= 3; k++)
-				atomic_store(&dq[(sqp->dq_seq + k - 1) % dq_size].seq,
+				atomic_store(&shm_dq_entry((uint8_t *)reg, dq_size,
+							   sqp->dq_seq + k - 1)->seq,
 					     sqp->dq_seq + k);
 		break;
 	}
@@ -114,7 +113,8 @@ static void hostile_corrupt(struct tu_end *e, enum hostile_mode mode,
 		uint64_t block = to_smr(e->mr)->block_id;
 
 		for (uint32_t i = 0; i < sqp->rq_size; i++) {
-			uint8_t *ent = ring + (size_t)i * sqp->rq_stride;
+			uint8_t *ent = shm_rq_entry((uint8_t *)reg, sqp->rq_stride,
+						    sqp->rq_size, i);
 			struct shm_rsge *sge = (struct shm_rsge *)(ent + 8);
 			uint32_t count = i % 2 ? 0xffffu : sqp->cap.max_recv_sge;
 
@@ -530,9 +530,10 @@ START_TEST(test_hostile_region_hook)
 	tu_pair_connect(&a, &b, TU_QP_ACCESS_ALL);
 	ck_assert_int_eq(shm_qp_test_region(a.qp, &addr, &len), 0);
 	ck_assert_ptr_nonnull(addr);
-	ck_assert_uint_ge(len, shm_region_head_size());
-	ck_assert_uint_eq(((struct shm_region *)addr)->magic, SHM_MAGIC);
-	ck_assert_uint_eq(((struct shm_region *)addr)->qp_num, a.qp->qp_num);
+	ck_assert_uint_ge(len, to_sqp(a.qp)->region_head_off + shm_region_head_size());
+	ck_assert_ptr_eq((uint8_t *)addr + to_sqp(a.qp)->region_head_off, to_sqp(a.qp)->region);
+	ck_assert_uint_eq(to_sqp(a.qp)->region->magic, SHM_MAGIC);
+	ck_assert_uint_eq(to_sqp(a.qp)->region->qp_num, a.qp->qp_num);
 	tu_pair_close(&a, &b);
 }
 END_TEST

@@ -34,6 +34,7 @@
 
 #include "check_suites.h"
 #include "cmtest.h"
+#include "prov/shm-internal.h"
 #include "sock/sock-internal.h"
 #include "testutil.h"
 
@@ -1217,6 +1218,25 @@ static bool ts_target_sgl_page_in(struct ferry_sock *s)
 	return in & 1;
 }
 
+/* Pages of @s's QP region (shm) allocated: what its idle connection costs. */
+static int ts_region_pages_in(struct ferry_sock *s)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned char in[64];
+	size_t len, i, n;
+	void *addr;
+	int count = 0;
+
+	ck_assert_int_eq(shm_qp_test_region(s->qp, &addr, &len), 0);
+	ck_assert_uint_eq((uintptr_t)addr % (uintptr_t)page, 0);
+	n = (len + (size_t)page - 1) / (size_t)page;
+	ck_assert_uint_le(n, sizeof(in));
+	ck_assert_int_eq(mincore(addr, len, in), 0);
+	for (i = 0; i < n; i++)
+		count += in[i] & 1;
+	return count;
+}
+
 struct ts_acceptor {
 	int l, fd;
 };
@@ -1232,8 +1252,10 @@ static void *ts_accept_one(void *arg)
 /*
  * An idle connection sends nothing, not even the update that publishes
  * the second half of a ring (which waits for data into the first): the
- * pages holding the target SGLs stay unallocated at both ends.  The
- * connect is blocking, as it returns credits once established.
+ * pages holding the target SGLs stay unallocated at both ends.  Its QP
+ * regions (shm) take one page each: head, first receives and the delivery
+ * slot the peer polls lie together.  The connect is blocking, as it
+ * returns credits once established.
  */
 START_TEST(test_idle_leaves_target_sgl_alone)
 {
@@ -1264,6 +1286,8 @@ START_TEST(test_idle_leaves_target_sgl_alone)
 	if (tu_on_shm()) {
 		ck_assert(!ts_target_sgl_page_in(sa));
 		ck_assert(!ts_target_sgl_page_in(sb));
+		ck_assert_int_eq(ts_region_pages_in(sa), 1);
+		ck_assert_int_eq(ts_region_pages_in(sb), 1);
 	} else {
 		printf("SKIP test_idle_leaves_target_sgl_alone (page check) on %s: "
 		       "registering memory with the device pins its pages\n", tu_transport());

@@ -46,7 +46,7 @@
 #include "lock.h"
 
 #define SHM_MAGIC		0x46525931u	/* "FRY1" */
-#define SHM_VERSION		2u	/* 2: pieces of arena segments */
+#define SHM_VERSION		3u	/* 3: DQ ring before the region's head */
 
 #define SHM_MAX_QP_WR		(1u << 15)	/* queue depth limit */
 #define SHM_MAX_SGE		16u
@@ -114,7 +114,11 @@ struct shm_delivery {
  * The head of a QP's region.  Counters are free-running 64-bit sequence
  * numbers; ring slots are seq & (size - 1).  Followed by the RQ ring
  * (rq_size entries of rq_stride bytes: a uint32 count, pad, then rq_sge
- * struct shm_rsge) and the DQ ring (peer's rq_size struct shm_delivery).
+ * struct shm_rsge) and preceded by the DQ ring (peer's rq_size struct
+ * shm_delivery), whose slots run backwards from the head: slot 0 is the
+ * one right before it.  So what an idle connection touches -- the head,
+ * the first receives it posted, the first delivery slot its peer polls --
+ * lies in the one page around the head (shm_region_layout), not in three.
  */
 struct shm_region {
 	uint32_t magic;
@@ -306,8 +310,8 @@ struct shm_conn {
 	size_t peer_rq_stride;
 	struct shm_mapping *peer_region_map;	/* the segment, read-only */
 	const struct shm_region *peer_region;	/* the peer's region in it */
-	struct shm_delivery *peer_dq;	/* the peer's DQ ring in peer_region */
-	struct shm_delivery *my_dq;	/* our DQ ring (deliveries to the peer) */
+	struct shm_delivery *peer_dq;	/* slot 0 of the peer's DQ ring (shm_dq_entry) */
+	struct shm_delivery *my_dq;	/* slot 0 of ours (deliveries to the peer) */
 	/* The last rkey resolved to mapped memory, to skip the table walk. */
 	uint32_t rkey_cached;
 	uint32_t rkey_access;
@@ -367,8 +371,8 @@ struct shm_qp {
 
 	/* The region we own and the connection. */
 	struct shm_piece region_piece;	/* the region, in the arena */
-	struct shm_region *region;
-	size_t region_size;
+	struct shm_region *region;	/* its head, region_head_off into the piece */
+	size_t region_size, region_head_off;
 	size_t rq_stride;
 	struct shm_conn *conn;
 	struct shm_conn *xconn;		/* exchange begun (HELLO sent), not ended */
@@ -472,19 +476,47 @@ static inline uint8_t *shm_swqe_inline(struct shm_qp *qp, const struct shm_swqe 
 
 /* Where things are in a region. */
 
+/*
+ * Where things are in a region: the DQ ring, the head, the RQ ring.  The
+ * head sits SHM_REGION_DQ_LEAD bytes into a page (the region starts on
+ * one: arena pieces of a page or more are page-aligned), after the DQ's
+ * first slots and before the RQ's first entries.  A protocol constant,
+ * not the page size: both ends compute the same layout.
+ */
+#define SHM_REGION_PAGE		4096u
+#define SHM_REGION_DQ_LEAD	1024u
+
+struct shm_region_layout {
+	size_t head_off;	/* offset of struct shm_region; the DQ ring ends there */
+	size_t size;		/* whole region */
+};
+
+static inline struct shm_region_layout shm_region_layout(uint32_t rq_size, size_t rq_stride,
+							 uint32_t dq_size)
+{
+	size_t dq_bytes = (size_t)dq_size * sizeof(struct shm_delivery);
+	size_t lead = dq_bytes < SHM_REGION_DQ_LEAD ? dq_bytes : SHM_REGION_DQ_LEAD;
+	struct shm_region_layout l;
+
+	l.head_off = ((dq_bytes - lead + SHM_REGION_PAGE - 1) & ~(size_t)(SHM_REGION_PAGE - 1)) +
+		     lead;
+	l.size = l.head_off + shm_region_head_size() + (size_t)rq_size * rq_stride;
+	return l;
+}
+
 static inline uint8_t *shm_rq_entry(uint8_t *region, size_t stride, uint32_t size, uint64_t seq)
 {
 	return region + shm_region_head_size() + (seq & (size - 1)) * stride;
 }
 
-static inline struct shm_delivery *shm_dq_entry(uint8_t *region, size_t rq_bytes,
-						uint32_t dq_size, uint64_t seq)
+/* Slot of delivery @seq in the DQ ring of @region (its head). */
+static inline struct shm_delivery *shm_dq_entry(uint8_t *region, uint32_t dq_size, uint64_t seq)
 {
-	return (struct shm_delivery *)(region + shm_region_head_size() + rq_bytes) +
-	       (seq & (dq_size - 1));
+	return (struct shm_delivery *)region - 1 - (seq & (dq_size - 1));
 }
 
-/* Test hook: the QP's own region, the memory its peer reads. */
+/* Test hook: the QP's own region, the memory its peer reads (its head is
+ * qp->region, inside). */
 int shm_qp_test_region(struct ferry_qp *qp, void **addr_p, size_t *len_p);
 
 uint64_t shm_now_ns(void);

@@ -171,21 +171,18 @@ static size_t shm_rq_stride(uint32_t rq_sge)
 	return 8 + rq_sge * sizeof(struct shm_rsge);
 }
 
-static size_t shm_region_size(uint32_t rq_size, uint32_t rq_sge, uint32_t dq_size)
-{
-	return shm_region_head_size() + rq_size * shm_rq_stride(rq_sge) + dq_size * sizeof(struct shm_delivery);
-}
-
 int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 {
-	size_t size = shm_region_size(qp->rq_size, qp->cap.max_recv_sge, peer_rq_size);
+	struct shm_region_layout l = shm_region_layout(qp->rq_size,
+						       shm_rq_stride(qp->cap.max_recv_sge),
+						       peer_rq_size);
 	struct shm_region *r;
 
-	if (shm_arena_get(size, &qp->region_piece) < 0) {
-		ferry_warn("QP %u: no room for a %zu-byte region: %m", qp->qp.qp_num, size);
+	if (shm_arena_get(l.size, &qp->region_piece) < 0) {
+		ferry_warn("QP %u: no room for a %zu-byte region: %m", qp->qp.qp_num, l.size);
 		return ERR(ENOMEM);
 	}
-	r = (struct shm_region *)qp->region_piece.addr;
+	r = (struct shm_region *)(qp->region_piece.addr + l.head_off);
 	r->magic = SHM_MAGIC;
 	r->version = SHM_VERSION;
 	r->qp_num = qp->qp.qp_num;
@@ -195,28 +192,31 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 	atomic_store(&r->min_rnr_timer, qp->min_rnr_timer);
 	atomic_store(&r->qp_access, qp->access);
 	qp->region = r;
-	qp->region_size = size;
+	qp->region_size = l.size;
+	qp->region_head_off = l.head_off;
 	qp->rq_stride = shm_rq_stride(qp->cap.max_recv_sge);
 	return 0;
 }
 
 /* What a region's next owner needs zeroed: the head and the DQ ring (the
- * RQ ring is read only below rq_prod, which the next owner writes first). */
-static void shm_region_clear(void *region, size_t size)
+ * RQ ring is read only below rq_prod, which the next owner writes first).
+ * Only the DQ's pages in use are written: a page of it nobody touched
+ * stays unallocated. */
+static void shm_region_clear(uint8_t *start, size_t head_off)
 {
-	const struct shm_region *r = region;
+	const struct shm_region *r = (const struct shm_region *)(start + head_off);
 	size_t dq = (size_t)r->dq_size * sizeof(struct shm_delivery);
 
-	if (dq > size - shm_region_head_size())
-		dq = size - shm_region_head_size();
-	memset((uint8_t *)region + size - dq, 0, dq);
-	memset(region, 0, shm_region_head_size());
+	if (dq > head_off)
+		dq = head_off;
+	memset(start + head_off - dq, 0, dq);
+	memset(start + head_off, 0, shm_region_head_size());
 }
 
 /* A region waiting for its peer to let go of it. */
 struct shm_retired {
 	struct shm_piece piece;
-	size_t size;
+	size_t head_off;
 	struct shm_mapping *peer_map;	/* keeps the peer's region readable */
 	const struct shm_region *peer;
 	uint32_t peer_qpn;
@@ -248,9 +248,9 @@ static bool shm_peer_let_go(const struct shm_region *peer, uint32_t peer_qpn, pi
 	return kill(pid, 0) < 0 && errno == ESRCH;
 }
 
-static void shm_region_recycle(struct shm_piece *piece, size_t size)
+static void shm_region_recycle(struct shm_piece *piece, size_t head_off)
 {
-	shm_region_clear(piece->addr, size);
+	shm_region_clear(piece->addr, head_off);
 	shm_arena_put(piece, 0);
 }
 
@@ -277,7 +277,7 @@ static void shm_retired_reap(void)
 	pthread_mutex_unlock(&retired_lock);
 	while ((r = done)) {
 		done = r->next;
-		shm_region_recycle(&r->piece, r->size);
+		shm_region_recycle(&r->piece, r->head_off);
 		shm_unmap(r->peer_map);
 		free(r);
 	}
@@ -298,7 +298,7 @@ void shm_region_release(struct shm_qp *qp, struct shm_conn *conn)
 	atomic_store_explicit(&region->released, 1, memory_order_release);
 	if (!conn || !conn->peer_region ||
 	    shm_peer_let_go(conn->peer_region, conn->peer_qpn, conn->peer_pid, NULL)) {
-		shm_region_recycle(&qp->region_piece, qp->region_size);
+		shm_region_recycle(&qp->region_piece, qp->region_head_off);
 		shm_retired_reap();
 		return;
 	}
@@ -308,7 +308,7 @@ void shm_region_release(struct shm_qp *qp, struct shm_conn *conn)
 	if (!r)
 		return;		/* never reused: lost, not shared */
 	r->piece = qp->region_piece;
-	r->size = qp->region_size;
+	r->head_off = qp->region_head_off;
 	r->peer_map = conn->peer_region_map;
 	r->peer = conn->peer_region;
 	r->peer_qpn = conn->peer_qpn;
@@ -436,8 +436,10 @@ static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 {
 	struct shm_msg m = { .type = SHM_MSG_REGION };
-	size_t want = shm_region_size(conn->peer_rq_size, conn->peer_rq_sge, qp->rq_size);
+	struct shm_region_layout want = shm_region_layout(conn->peer_rq_size,
+							  conn->peer_rq_stride, qp->rq_size);
 	const struct shm_region *pr;
+	const void *start;
 	int fd;
 
 	if (shm_region_create(qp, conn->peer_rq_size) < 0)
@@ -462,9 +464,9 @@ static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 			break;
 		shm_conn_take_block(conn, m.value, fd);
 	}
-	if (m.value != want) {
+	if (m.value != want.size) {
 		ferry_warn("peer's region is %llu bytes, expected %zu",
-			   (unsigned long long)m.value, want);
+			   (unsigned long long)m.value, want.size);
 		close(fd);
 		return ERR(EPROTO);
 	}
@@ -473,22 +475,19 @@ static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 		close(fd);
 		return ERR(EPROTO);
 	}
-	conn->peer_region_map = shm_arena_map_peer(fd, m.off[0], want,
-						   (const void **)&conn->peer_region);
+	conn->peer_region_map = shm_arena_map_peer(fd, m.off[0], want.size, &start);
 	close(fd);
 	if (!conn->peer_region_map)
 		return ERR(EPROTO);
-	pr = conn->peer_region;
+	pr = (const struct shm_region *)((const uint8_t *)start + want.head_off);
+	conn->peer_region = pr;
 	if (pr->qp_num != conn->peer_qpn || pr->rq_size != conn->peer_rq_size ||
 	    pr->rq_sge != conn->peer_rq_sge || pr->dq_size != qp->rq_size) {
 		ferry_warn("peer's region disagrees with its HELLO");
 		return ERR(EPROTO);
 	}
-	conn->peer_dq = shm_dq_entry((uint8_t *)conn->peer_region,
-				     (size_t)conn->peer_rq_size * conn->peer_rq_stride,
-				     qp->rq_size, 0);
-	conn->my_dq = shm_dq_entry((uint8_t *)qp->region, (size_t)qp->rq_size * qp->rq_stride,
-				   conn->peer_rq_size, 0);
+	conn->peer_dq = shm_dq_entry((uint8_t *)conn->peer_region, qp->rq_size, 0);
+	conn->my_dq = shm_dq_entry((uint8_t *)qp->region, conn->peer_rq_size, 0);
 	return 0;
 }
 

@@ -300,7 +300,7 @@ static void shm_notify_peer(struct shm_conn *conn, bool solicited_or_error)
 static void shm_deliver(struct shm_qp *qp, struct shm_conn *conn, uint32_t opcode,
 			uint32_t status, uint32_t byte_len, const struct shm_swqe *s)
 {
-	struct shm_delivery *d = &conn->my_dq[qp->dq_seq & (conn->peer_rq_size - 1)];
+	struct shm_delivery *d = conn->my_dq - (qp->dq_seq & (conn->peer_rq_size - 1));
 	bool with_imm = s->opcode == FERRY_WR_SEND_WITH_IMM ||
 			s->opcode == FERRY_WR_RDMA_WRITE_WITH_IMM;
 	bool solicited = s->flags & FERRY_SEND_SOLICITED;

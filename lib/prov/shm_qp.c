@@ -375,7 +375,7 @@ int shm_qp_test_region(struct ferry_qp *fqp, void **addr_p, size_t *len_p)
 
 	if (!qp->region)
 		return ERR(ENOTCONN);
-	*addr_p = qp->region;
+	*addr_p = (uint8_t *)qp->region - qp->region_head_off;
 	*len_p = qp->region_size;
 	return 0;
 }

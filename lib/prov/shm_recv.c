@@ -165,7 +165,7 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 	/* rq_cons only moves here, under the CQ lock: peek without rq_lock. */
 	if (conn && __atomic_load_n(&qp->qp.state, __ATOMIC_RELAXED) != FERRY_QPS_ERR &&
 	    !conn->dead &&
-	    atomic_load_explicit(&conn->peer_dq[qp->rq_cons & mask].seq,
+	    atomic_load_explicit(&(conn->peer_dq - (qp->rq_cons & mask))->seq,
 				 memory_order_relaxed) != qp->rq_cons + 1)
 		return 0;
 
@@ -173,7 +173,7 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 	while (conn && got < n && qp->rq_cons != qp->rq_prod) {
 		uint32_t slot = (uint32_t)(qp->rq_cons & (qp->rq_size - 1));
 		const struct shm_rwqe *r = &qp->rq[slot];
-		struct shm_delivery *pd = &conn->peer_dq[qp->rq_cons & mask];
+		struct shm_delivery *pd = conn->peer_dq - (qp->rq_cons & mask);
 		struct shm_delivery d;
 		struct ferry_wc *w = &wc[got];
 
