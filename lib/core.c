@@ -314,6 +314,22 @@ struct ferry_comp_channel *ferry_create_comp_channel(struct ferry_context *conte
 	return channel;
 }
 
+struct ferry_comp_channel *ferry_create_comp_channel_single(struct ferry_context *context)
+{
+	struct ferry_comp_channel *channel;
+
+	if (!context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!context->provider->create_comp_channel_single)
+		return ferry_create_comp_channel(context);
+	channel = context->provider->create_comp_channel_single(context);
+	if (channel)
+		channel->refcnt = 0;
+	return channel;
+}
+
 /**
  * ferry_destroy_comp_channel - destroy @channel; EBUSY while CQs still use
  * it, as in libibverbs.

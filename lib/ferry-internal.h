@@ -72,6 +72,8 @@ struct ferry_provider {
 	int (*dereg_mr)(struct ferry_mr *mr);
 
 	struct ferry_comp_channel *(*create_comp_channel)(struct ferry_context *ctx);
+	/* Optional: a channel for one CQ ever (ferry_create_comp_channel_single). */
+	struct ferry_comp_channel *(*create_comp_channel_single)(struct ferry_context *ctx);
 	int (*destroy_comp_channel)(struct ferry_comp_channel *ch);
 	int (*get_cq_event)(struct ferry_comp_channel *ch, struct ferry_cq **cq_p);
 	/* Optional: get_cq_event that never blocks nor asks the fd whether
@@ -218,6 +220,15 @@ int ferry_cq_event_poll(struct ferry_comp_channel *channel, struct ferry_cq **cq
  * (the arm fires once, as armed).
  */
 void ferry_cq_disarm(struct ferry_cq *cq);
+/*
+ * ferry_create_comp_channel_single - a completion channel that will carry
+ * the events of one CQ only, for a caller that watches its fd itself (a
+ * stream socket): where the provider can, its fd is the CQ's own wake-up
+ * (shm: the CQ's eventfd, not an epoll set of them), one descriptor less.
+ * A second CQ on it fails (EBUSY).  Non-blocking (O_NONBLOCK) on shm.
+ * Elsewhere, an ordinary channel.
+ */
+struct ferry_comp_channel *ferry_create_comp_channel_single(struct ferry_context *context);
 struct ferry_cm_id;
 void ferry_cm_detach(struct ferry_cm_id *id);
 

@@ -15,6 +15,9 @@
 #include <check.h>
 
 #include "check_suites.h"
+#include "cmtest.h"
+#include "ferry-internal.h"
+#include "prov/shm-internal.h"
 #include "testutil.h"
 
 static struct tu_end a, b;
@@ -244,6 +247,58 @@ START_TEST(test_two_cqs_one_channel)
 	tu_poll1(a.recv_cq, &wc);
 	ck_assert_uint_eq(wc.wr_id, 1);
 	ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+}
+END_TEST
+
+/*
+ * A single-CQ channel (the stream sockets'): on shm its fd is its CQ's
+ * eventfd, the one a peer signals, so channel and CQ cost one descriptor;
+ * a second CQ is refused; events come and go as on any channel.
+ */
+START_TEST(test_single_channel)
+{
+	struct ferry_context *ctx = b.qp->context;
+	struct ferry_comp_channel *ch;
+	struct ferry_cq *cq, *cq2, *got = NULL;
+	int fds_before = cmt_count_fds(), marker;
+	uint64_t one = 1;
+	void *gctx = NULL;
+
+	ch = ferry_create_comp_channel_single(ctx);
+	ck_assert_ptr_nonnull(ch);
+	cq = ferry_create_cq(ctx, 16, &marker, ch, 0);
+	ck_assert_ptr_nonnull(cq);
+	if (tu_on_shm()) {
+		ck_assert_int_eq(cmt_count_fds(), fds_before + 1);
+		ck_assert_int_eq(to_scq(cq)->efd, ch->fd);
+		errno = 0;
+		ck_assert_ptr_null(ferry_create_cq(ctx, 16, NULL, ch, 0));
+		ck_assert_int_eq(errno, EBUSY);
+		/* what a peer does to signal the CQ */
+		ck_assert_int_eq(ferry_req_notify_cq(cq, 0), 0);
+		ck_assert_int_eq(write(to_scq(cq)->efd, &one, sizeof(one)), (ssize_t)sizeof(one));
+	} else {
+		cq2 = ferry_create_cq(ctx, 16, NULL, ch, 0);
+		ck_assert_ptr_nonnull(cq2);
+		ck_assert_int_eq(ferry_destroy_cq(cq2), 0);
+		printf("SKIP test_single_channel (shm parts) on %s\n", tu_transport());
+		ck_assert_int_eq(ferry_destroy_cq(cq), 0);
+		ck_assert_int_eq(ferry_destroy_comp_channel(ch), 0);
+		return;
+	}
+	ck_assert(ch_readable(ch, TU_WAIT_MS));
+	ck_assert_int_eq(ferry_get_cq_event(ch, &got, &gctx), 0);
+	ck_assert_ptr_eq(got, cq);
+	ck_assert_ptr_eq(gctx, &marker);
+	ferry_ack_cq_events(cq, 1);
+	ck_assert(!ch_readable(ch, 0));
+	errno = 0;
+	ck_assert_int_eq(ferry_get_cq_event(ch, &got, &gctx), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(ferry_destroy_comp_channel(ch), -1);	/* EBUSY: the CQ */
+	ck_assert_int_eq(ferry_destroy_cq(cq), 0);
+	ck_assert_int_eq(ferry_destroy_comp_channel(ch), 0);
+	ck_assert_int_eq(cmt_count_fds(), fds_before);
 }
 END_TEST
 
@@ -498,6 +553,7 @@ Suite *channel_suite(void)
 	tcase_add_test(tc, test_nonblocking_eagain);
 	tcase_add_test(tc, test_poll_fd);
 	tcase_add_test(tc, test_two_cqs_one_channel);
+	tcase_add_test(tc, test_single_channel);
 	tcase_add_test(tc, test_ack_many);
 	suite_add_tcase(s, tc);
 

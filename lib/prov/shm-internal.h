@@ -250,8 +250,14 @@ struct shm_mr {
 	size_t block_size;
 };
 
+/*
+ * A completion channel: ch.fd is an epoll set of its CQs' eventfds, or,
+ * for a single-CQ channel, the eventfd itself, which its one CQ adopts.
+ */
 struct shm_channel {
-	struct ferry_comp_channel ch;	/* ch.fd is an epoll fd of CQ eventfds */
+	struct ferry_comp_channel ch;
+	bool single;			/* ch.fd is the eventfd of one CQ */
+	struct shm_cq *cq;		/* single: the CQ using it, if any */
 };
 
 /* A completion kept in the CQ's local ring: sends, and flushes. */
@@ -270,7 +276,8 @@ struct shm_cq {
 	struct shm_qp **rqps;		/* QPs whose receives complete here */
 	uint32_t nrqps, rqps_cap, rr_next;
 	int nqps;			/* QPs using this CQ at all */
-	int efd;			/* eventfd: the channel's epoll watches it */
+	int efd;			/* eventfd: the channel's epoll watches it, or
+					 * is it (single channel: the channel's) */
 	bool detached;			/* ferry_cq_detach: the channel is shared */
 	struct shm_piece notify_piece;	/* the notify word, in the arena */
 	struct shm_notify *notify;

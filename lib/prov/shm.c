@@ -8,6 +8,7 @@
 #endif
 
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -488,6 +489,51 @@ static struct ferry_comp_channel *shm_create_comp_channel(struct ferry_context *
 	return &sch->ch;
 }
 
+static struct ferry_comp_channel *shm_create_comp_channel_single(struct ferry_context *ctx)
+{
+	struct shm_channel *sch = calloc(1, sizeof(*sch));
+
+	if (!sch)
+		return NULL;
+	sch->ch.fd = ferry_fd_park(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	if (sch->ch.fd < 0) {
+		free(sch);
+		return NULL;
+	}
+	sch->single = true;
+	sch->ch.context = ctx;
+	return &sch->ch;
+}
+
+static inline struct shm_channel *to_sch(struct ferry_comp_channel *ch)
+{
+	return container_of(ch, struct shm_channel, ch);
+}
+
+/* A single-CQ channel's event: its eventfd had a count. */
+static int shm_cq_event_single(struct shm_channel *sch, struct shm_cq **scq_p, bool nowait)
+{
+	struct pollfd pfd = { .fd = sch->ch.fd, .events = POLLIN };
+	uint64_t count;
+
+	for (;;) {
+		if (read(sch->ch.fd, &count, sizeof(count)) == sizeof(count))
+			break;
+		if (errno != EAGAIN)
+			return -1;
+		/* O_NONBLOCK unless the application took it off */
+		if (nowait || (fcntl(sch->ch.fd, F_GETFL) & O_NONBLOCK))
+			return ERR(EAGAIN);
+		if (poll(&pfd, 1, -1) < 0)
+			return -1;
+	}
+	/* A count with no CQ: one gone since (its events were acked). */
+	if (!sch->cq)
+		return ERR(EAGAIN);
+	*scq_p = sch->cq;
+	return 0;
+}
+
 static int shm_destroy_comp_channel(struct ferry_comp_channel *ch)
 {
 	close(ch->fd);	/* the core refuses while CQs still use it */
@@ -502,6 +548,11 @@ static int shm_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p, b
 	uint64_t count;
 	int n, timeout = 0;
 
+	if (to_sch(ch)->single) {
+		if (shm_cq_event_single(to_sch(ch), &scq, nowait) < 0)
+			return -1;
+		goto got;
+	}
 	for (;;) {
 		/* An event there is taken without asking whether the channel
 		 * may block: that costs a system call (the flag is the fd's,
@@ -520,6 +571,7 @@ static int shm_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p, b
 			break;
 		/* Another thread took this event: wait for the next one. */
 	}
+got:
 	ferry_lock(&scq->lock);
 	atomic_store(&scq->notify->word, scq->gen << 2 | SHM_NOTIFY_NONE);
 	scq->events++;
@@ -550,16 +602,25 @@ static struct ferry_cq *shm_create_cq(struct ferry_context *ctx, int cqe,
 		errno = EINVAL;
 		return NULL;
 	}
+	if (ch && to_sch(ch)->single && to_sch(ch)->cq) {
+		errno = EBUSY;	/* one CQ per single channel */
+		return NULL;
+	}
 	scq = calloc(1, sizeof(*scq));
 	if (!scq)
 		return NULL;
-	scq->efd = ferry_fd_park(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	if (ch && to_sch(ch)->single)
+		scq->efd = ch->fd;
+	else
+		scq->efd = ferry_fd_park(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (scq->efd < 0)
 		goto err_free;
 	if (shm_arena_get(sizeof(*scq->notify), &scq->notify_piece) < 0)
 		goto err_close_efd;
 	scq->notify = (struct shm_notify *)scq->notify_piece.addr;
-	if (ch) {
+	if (ch && to_sch(ch)->single) {
+		to_sch(ch)->cq = scq;
+	} else if (ch) {
 		ev.data.ptr = scq;
 		if (epoll_ctl(ch->fd, EPOLL_CTL_ADD, scq->efd, &ev) < 0)
 			goto err_unmap;
@@ -573,7 +634,8 @@ static struct ferry_cq *shm_create_cq(struct ferry_context *ctx, int cqe,
 err_unmap:
 	shm_arena_put(&scq->notify_piece, sizeof(*scq->notify));
 err_close_efd:
-	close(scq->efd);
+	if (!ch || !to_sch(ch)->single)
+		close(scq->efd);
 err_free:
 	free(scq);
 	return NULL;
@@ -591,11 +653,14 @@ static int shm_destroy_cq(struct ferry_cq *cq)
 	ferry_unlock(&scq->lock);
 	/* A detached CQ's channel is an epoll set shared with another
 	 * process since fork: removing our eventfd would remove it there. */
-	if (cq->channel && !scq->detached)
+	if (cq->channel && to_sch(cq->channel)->single)
+		to_sch(cq->channel)->cq = NULL;	/* the eventfd is the channel's */
+	else if (cq->channel && !scq->detached)
 		epoll_ctl(cq->channel->fd, EPOLL_CTL_DEL, scq->efd, NULL);
 	if (!scq->detached)
 		shm_arena_put(&scq->notify_piece, sizeof(*scq->notify));
-	close(scq->efd);
+	if (!cq->channel || !to_sch(cq->channel)->single)
+		close(scq->efd);
 	free(scq->ring);
 	free(scq->rqps);
 	free(scq);
@@ -794,6 +859,7 @@ const struct ferry_provider ferry_shm_provider = {
 	.reg_mr = shm_reg_mr,
 	.dereg_mr = shm_dereg_mr,
 	.create_comp_channel = shm_create_comp_channel,
+	.create_comp_channel_single = shm_create_comp_channel_single,
 	.destroy_comp_channel = shm_destroy_comp_channel,
 	.get_cq_event = shm_get_cq_event,
 	.poll_cq_event = shm_poll_cq_event,

@@ -18,19 +18,21 @@
  * resolution decides.  Its number is a real kernel fd: lowest-free rule, no
  * collisions.
  *
- * File descriptors of one shm connection (client 8, accepted end 7):
+ * File descriptors of one shm connection (client 6, accepted end 5):
  * the socket's epoll fd; its own CM event channel (clients only: accepted
- * sockets share the listener's); the completion channel (an epoll fd and
- * the CQ's eventfd); the receive ring's ferry_alloc memfd; the AF_UNIX
+ * sockets share the listener's); the completion channel, which is the
+ * CQ's eventfd itself (ferry_create_comp_channel_single); the AF_UNIX
  * connection twice (the CM's and the provider's dup); the eventfd of the
- * peer's CQ.  The MR table and the notify word are pieces of the
- * process's arena and the peer's monitor eventfd is kept once per peer
- * process (prov/shm).  A process's hard limit of 20000 fds therefore holds
- * about 2,500 idle connections, not 10,000: that needs one descriptor per
- * connection -- the connection's AF_UNIX end as the socket's fd, carrying
- * the peer's wake-ups (a datagram instead of an eventfd write) and its
- * hang-up, with the completion channel, CM channel and ring memfd shared
- * per process or closed once exchanged.
+ * peer's CQ.  The ring's ferry_alloc memfd is closed once the connection
+ * is up (ferry_block_drop_fd: the peer has mapped it).  The MR table and
+ * the notify word are pieces of the process's arena and the peer's
+ * monitor eventfd is kept once per peer process (prov/shm).  A process's
+ * hard limit of 20000 fds therefore holds about 3,300 idle connections,
+ * not 10,000: that needs one or two descriptors per connection -- the
+ * connection's AF_UNIX end as the socket's fd, carrying the peer's
+ * wake-ups (a datagram instead of an eventfd write) and its hang-up, one
+ * AF_UNIX descriptor shared by CM and provider, and the client's CM
+ * channel shared per process once ESTABLISHED.
  *
  * Locks (always taken in this order, each one optional):
  *   slock  - one sender at a time: the send ring, the current target SGE;

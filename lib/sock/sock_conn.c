@@ -173,7 +173,8 @@ static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 	s->pd = ferry_alloc_pd(s->ctx);
 	if (!s->pd)
 		return -1;
-	s->cch = ferry_create_comp_channel(s->ctx);
+	/* One CQ: on shm the channel is its eventfd, no epoll set between. */
+	s->cch = ferry_create_comp_channel_single(s->ctx);
 	if (!s->cch)
 		return -1;
 	/* A fresh descriptor has no other status flag to keep. */
