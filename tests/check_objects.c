@@ -582,8 +582,8 @@ START_TEST(test_arena_fork)
 	int status;
 	pid_t pid;
 
-	ck_assert_int_eq(shm_arena_get(64, &mine), 0);
-	ck_assert_int_eq(shm_arena_get(64, &kept), 0);
+	ck_assert_int_eq(shm_arena_get(64, SHM_PIECE_NOTIFY, &mine), 0);
+	ck_assert_int_eq(shm_arena_get(64, SHM_PIECE_NOTIFY, &kept), 0);
 	mine_addr = mine.addr;
 	shm_arena_put(&mine, 64);	/* free in the parent */
 	pid = fork();
@@ -594,13 +594,13 @@ START_TEST(test_arena_fork)
 
 		shm_arena_put(&kept, 64);	/* the parent's: not ours to reuse */
 		for (int i = 0; i < 64 && ok; i++)
-			ok = shm_arena_get(64, &p) == 0 && p.seg != kept.seg;
+			ok = shm_arena_get(64, SHM_PIECE_NOTIFY, &p) == 0 && p.seg != kept.seg;
 		_exit(ok ? 0 : 1);
 	}
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert(WIFEXITED(status));
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
-	ck_assert_int_eq(shm_arena_get(64, &other), 0);
+	ck_assert_int_eq(shm_arena_get(64, SHM_PIECE_NOTIFY, &other), 0);
 	ck_assert_ptr_eq(other.addr, mine_addr);	/* the parent's free list is intact */
 	shm_arena_put(&other, 64);
 	shm_arena_put(&kept, 64);
@@ -724,6 +724,27 @@ START_TEST(test_arena_peer_maps_kept)
 }
 END_TEST
 
+/* A piece serves one kind of object only: none sees another kind's leftovers. */
+START_TEST(test_arena_kinds_apart)
+{
+	struct shm_piece r, t;
+	uint8_t *addr;
+
+	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_REGION, &r), 0);
+	addr = r.addr;
+	memset(addr + 8192, 0xa5, 64);	/* past what a region's release clears */
+	shm_arena_put(&r, 0);
+	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_TABLE, &t), 0);
+	ck_assert_ptr_ne(t.addr, addr);
+	shm_arena_put(&t, 0);
+	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_REGION, &r), 0);
+	ck_assert_ptr_eq(r.addr, addr);	/* its own kind gets it back */
+	shm_zero_range(r.addr, r.size);
+	ck_assert(tu_all_bytes(r.addr, r.size, 0));
+	shm_arena_put(&r, 0);
+}
+END_TEST
+
 Suite *objects_suite(void)
 {
 	Suite *s = suite_create("objects");
@@ -762,6 +783,7 @@ Suite *objects_suite(void)
 		tcase_add_test(tc, test_arena_fork);
 		tcase_add_test(tc, test_arena_region_outlives_qp);
 		tcase_add_test(tc, test_arena_peer_maps_kept);
+		tcase_add_test(tc, test_arena_kinds_apart);
 		suite_add_tcase(s, tc);
 	}
 	return s;

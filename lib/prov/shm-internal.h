@@ -204,17 +204,27 @@ struct shm_aseg {
 	struct shm_aseg *next;
 };
 
+enum shm_piece_kind {
+	SHM_PIECE_TABLE,		/* a PD's MR table */
+	SHM_PIECE_NOTIFY,		/* a CQ's notify word */
+	SHM_PIECE_REGION,		/* a QP's region */
+	SHM_PIECE_KINDS
+};
+
 /* A piece of a segment: addr = seg->addr + off, size its class's. */
 struct shm_piece {
 	struct shm_aseg *seg;		/* NULL: none */
+	enum shm_piece_kind kind;
 	size_t off;
 	size_t size;
 	uint8_t *addr;
 };
 
-int shm_arena_get(size_t size, struct shm_piece *p);
+int shm_arena_get(size_t size, enum shm_piece_kind kind, struct shm_piece *p);
 /* Give a piece back for reuse; its first @dirty bytes may be nonzero. */
 void shm_arena_put(struct shm_piece *p, size_t dirty);
+/* Zero [addr, addr + len) of a shared mapping, giving whole pages back. */
+void shm_zero_range(uint8_t *addr, size_t len);
 struct shm_mapping *shm_arena_map_peer(int fd, uint64_t off, uint64_t size, const void **addr_p);
 
 /*

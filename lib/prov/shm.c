@@ -270,7 +270,7 @@ static struct ferry_pd *shm_alloc_pd(struct ferry_context *ctx)
 
 	if (!spd)
 		return NULL;
-	if (shm_arena_get(size, &spd->table_piece) < 0)
+	if (shm_arena_get(size, SHM_PIECE_TABLE, &spd->table_piece) < 0)
 		goto err_free;
 	spd->table = (struct shm_mr_entry *)spd->table_piece.addr;
 	pthread_mutex_init(&spd->lock, NULL);
@@ -615,7 +615,7 @@ static struct ferry_cq *shm_create_cq(struct ferry_context *ctx, int cqe,
 		scq->efd = ferry_fd_park(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (scq->efd < 0)
 		goto err_free;
-	if (shm_arena_get(sizeof(*scq->notify), &scq->notify_piece) < 0)
+	if (shm_arena_get(sizeof(*scq->notify), SHM_PIECE_NOTIFY, &scq->notify_piece) < 0)
 		goto err_close_efd;
 	scq->notify = (struct shm_notify *)scq->notify_piece.addr;
 	if (ch && to_sch(ch)->single) {

@@ -59,7 +59,9 @@ static struct {
 	struct shm_aseg *segs;		/* ours, newest first */
 	struct shm_aseg *cur;		/* bump allocation happens here */
 	size_t bump;
-	struct shm_free *free[SHM_ARENA_CLASSES];
+	/* Per kind, per class: a piece only ever serves one kind of object,
+	 * so none finds another kind's leftovers in its parts never cleared. */
+	struct shm_free *free[SHM_PIECE_KINDS][SHM_ARENA_CLASSES];
 	struct shm_free *spare;		/* unused list nodes */
 } arena = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -108,7 +110,7 @@ err_free:
 /* A child of fork forgets its parent's free lists (the parent uses them). */
 static void shm_arena_adopt_locked(void)
 {
-	unsigned int c;
+	unsigned int c, k;
 
 	if (arena.pid == getpid())
 		return;
@@ -116,30 +118,32 @@ static void shm_arena_adopt_locked(void)
 	arena.segs = arena.cur = NULL;	/* the parent's: mapped, not ours */
 	arena.bump = 0;
 	/* The nodes of the parent's free lists become our spare ones. */
-	for (c = 0; c < SHM_ARENA_CLASSES; c++) {
-		while (arena.free[c]) {
-			struct shm_free *f = arena.free[c];
+	for (k = 0; k < SHM_PIECE_KINDS; k++) {
+		for (c = 0; c < SHM_ARENA_CLASSES; c++) {
+			while (arena.free[k][c]) {
+				struct shm_free *f = arena.free[k][c];
 
-			arena.free[c] = f->next;
-			f->next = arena.spare;
-			arena.spare = f;
+				arena.free[k][c] = f->next;
+				f->next = arena.spare;
+				arena.spare = f;
+			}
 		}
 	}
 }
 
-int shm_arena_get(size_t size, struct shm_piece *p)
+int shm_arena_get(size_t size, enum shm_piece_kind kind, struct shm_piece *p)
 {
 	unsigned int c = shm_arena_class(size ? size : 1);
 	size_t csize = (size_t)1 << (c + SHM_ARENA_MIN_SHIFT);
 	struct shm_free *f;
 
-	if (c >= SHM_ARENA_CLASSES)
+	if (c >= SHM_ARENA_CLASSES || kind >= SHM_PIECE_KINDS)
 		return ERR(EINVAL);
 	pthread_mutex_lock(&arena.lock);
 	shm_arena_adopt_locked();
-	f = arena.free[c];
+	f = arena.free[kind][c];
 	if (f) {
-		arena.free[c] = f->next;
+		arena.free[kind][c] = f->next;
 		p->seg = f->seg;
 		p->off = f->off;
 		f->next = arena.spare;
@@ -164,6 +168,7 @@ int shm_arena_get(size_t size, struct shm_piece *p)
 	}
 	pthread_mutex_unlock(&arena.lock);
 	p->size = csize;
+	p->kind = kind;
 	p->addr = p->seg->addr + p->off;
 	return 0;
 }
@@ -198,8 +203,10 @@ void shm_arena_put(struct shm_piece *p, size_t dirty)
 	pthread_mutex_unlock(&arena.lock);
 
 	/* Zeroed outside the lock; the piece is nobody's meanwhile. */
-	if (dirty <= SHM_ARENA_ZERO_MAX || madvise(p->addr, p->size, MADV_REMOVE) < 0)
+	if (dirty <= SHM_ARENA_ZERO_MAX)
 		memset(p->addr, 0, dirty);
+	else
+		shm_zero_range(p->addr, dirty);
 
 	pthread_mutex_lock(&arena.lock);
 	f = arena.spare;
@@ -211,13 +218,28 @@ void shm_arena_put(struct shm_piece *p, size_t dirty)
 		c = shm_arena_class(p->size);
 		f->seg = p->seg;
 		f->off = p->off;
-		f->next = arena.free[c];
-		arena.free[c] = f;
+		f->next = arena.free[p->kind][c];
+		arena.free[p->kind][c] = f;
 	}
 	/* else: the piece is lost to reuse, nothing worse */
 	pthread_mutex_unlock(&arena.lock);
 	p->seg = NULL;
 	p->addr = NULL;
+}
+
+void shm_zero_range(uint8_t *addr, size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *end = addr + len;
+	uint8_t *lo = (uint8_t *)(((uintptr_t)addr + page - 1) & ~(uintptr_t)(page - 1));
+	uint8_t *hi = (uint8_t *)((uintptr_t)end & ~(uintptr_t)(page - 1));
+
+	if (hi <= lo || madvise(lo, (size_t)(hi - lo), MADV_REMOVE) < 0) {
+		memset(addr, 0, len);
+		return;
+	}
+	memset(addr, 0, (size_t)(lo - addr));
+	memset(hi, 0, (size_t)(end - hi));
 }
 
 /*

@@ -178,7 +178,7 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 						       peer_rq_size);
 	struct shm_region *r;
 
-	if (shm_arena_get(l.size, &qp->region_piece) < 0) {
+	if (shm_arena_get(l.size, SHM_PIECE_REGION, &qp->region_piece) < 0) {
 		ferry_warn("QP %u: no room for a %zu-byte region: %m", qp->qp.qp_num, l.size);
 		return ERR(ENOMEM);
 	}
@@ -200,8 +200,8 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 
 /* What a region's next owner needs zeroed: the head and the DQ ring (the
  * RQ ring is read only below rq_prod, which the next owner writes first).
- * Only the DQ's pages in use are written: a page of it nobody touched
- * stays unallocated. */
+ * The DQ's whole pages are given back rather than written: a region
+ * reused stays as small as a new one until deliveries reach them. */
 static void shm_region_clear(uint8_t *start, size_t head_off)
 {
 	const struct shm_region *r = (const struct shm_region *)(start + head_off);
@@ -209,7 +209,7 @@ static void shm_region_clear(uint8_t *start, size_t head_off)
 
 	if (dq > head_off)
 		dq = head_off;
-	memset(start + head_off - dq, 0, dq);
+	shm_zero_range(start + head_off - dq, dq);
 	memset(start + head_off, 0, shm_region_head_size());
 }
 
