@@ -229,6 +229,8 @@ static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_retired *retired;
 static pid_t retired_pid;
 
+#define SHM_PID_CHECK_NS	1000000000ull	/* is a silent peer dead? once a second */
+
 /* Has the peer let go of our region?  It says so in its own, or gave its
  * own back (its QP number is gone from it), or is dead. */
 static bool shm_peer_let_go(const struct shm_region *peer, uint32_t peer_qpn, pid_t pid,
@@ -244,7 +246,7 @@ static bool shm_peer_let_go(const struct shm_region *peer, uint32_t peer_qpn, pi
 	now = shm_now_ns();
 	if (now < *next_check_ns)
 		return false;
-	*next_check_ns = now + 1000000000ull;	/* a system call: once a second */
+	*next_check_ns = now + SHM_PID_CHECK_NS;	/* a system call: seldom */
 	return kill(pid, 0) < 0 && errno == ESRCH;
 }
 
@@ -254,17 +256,22 @@ static void shm_region_recycle(struct shm_piece *piece, size_t head_off)
 	shm_arena_put(piece, 0);
 }
 
+/* After fork: the parent's records, not ours to act on; retired_lock held. */
+static void shm_retired_adopt_locked(void)
+{
+	if (retired_pid != getpid()) {
+		retired = NULL;
+		retired_pid = getpid();
+	}
+}
+
 /* Reuse the retired regions whose peers have let go since. */
 static void shm_retired_reap(void)
 {
 	struct shm_retired **pp, *r, *done = NULL;
 
 	pthread_mutex_lock(&retired_lock);
-	if (retired_pid != getpid()) {
-		/* After fork: the parent's records, not ours to act on. */
-		retired = NULL;
-		retired_pid = getpid();
-	}
+	shm_retired_adopt_locked();
 	for (pp = &retired; (r = *pp);) {
 		if (shm_peer_let_go(r->peer, r->peer_qpn, r->peer_pid, &r->next_pid_check_ns)) {
 			*pp = r->next;
@@ -313,15 +320,12 @@ void shm_region_release(struct shm_qp *qp, struct shm_conn *conn)
 	r->peer = conn->peer_region;
 	r->peer_qpn = conn->peer_qpn;
 	r->peer_pid = conn->peer_pid;
-	r->next_pid_check_ns = shm_now_ns() + 1000000000ull;
+	r->next_pid_check_ns = shm_now_ns() + SHM_PID_CHECK_NS;
 	conn->peer_region_map = NULL;
 	conn->peer_region = NULL;
 	qp->region_piece.seg = NULL;
 	pthread_mutex_lock(&retired_lock);
-	if (retired_pid != getpid()) {
-		retired = NULL;
-		retired_pid = getpid();
-	}
+	shm_retired_adopt_locked();
 	r->next = retired;
 	retired = r;
 	pthread_mutex_unlock(&retired_lock);
