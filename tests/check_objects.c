@@ -586,7 +586,7 @@ START_TEST(test_arena_fork)
 	ck_assert_int_eq(shm_arena_get(64, SHM_PIECE_NOTIFY, &kept), 0);
 	mine_addr = mine.addr;
 	shm_arena_put(&mine, 64);	/* free in the parent */
-	pid = fork();
+	pid = tu_fork_quiet();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		struct shm_piece p;

@@ -314,8 +314,7 @@ START_TEST(test_fork_child_exits)
 	peer_transfer_check(&a, &b, 60);
 
 	/* a child that inherits everything, touches the library, and exits */
-	fflush(NULL);
-	pid = fork();
+	pid = tu_fork_quiet();
 	ck_assert_int_ne(pid, -1);
 	if (pid == 0) {
 		struct ferry_context *ctx = ferry_open_transport("shm");
@@ -333,7 +332,7 @@ START_TEST(test_fork_child_exits)
 	peer_transfer_check(&b, &a, 62);
 
 	/* and one that is killed */
-	pid = fork();
+	pid = tu_fork_quiet();
 	ck_assert_int_ne(pid, -1);
 	if (pid == 0) {
 		for (;;)
@@ -410,8 +409,7 @@ START_TEST(test_fork_with_remote_peer)
 	close(sock);
 	peer_echo(&p, 70, 500);
 
-	fflush(NULL);
-	other = fork();
+	other = tu_fork_quiet();
 	ck_assert_int_ne(other, -1);
 	if (other == 0)
 		_exit(0);

@@ -28,6 +28,7 @@
 
 #include "sock/sock-internal.h"
 #include "stat_scan.h"
+#include "testutil.h"
 #include "check_suites.h"
 
 #define ST_N1	100000u		/* client -> server, read by the server */
@@ -212,7 +213,7 @@ START_TEST(test_rows_two_processes)
 	l = st_listen(&port);
 	ck_assert_int_eq(pipe(ready), 0);
 	ck_assert_int_eq(pipe(quit), 0);
-	child = fork();
+	child = tu_fork_quiet();
 	ck_assert_int_ge(child, 0);
 	if (child == 0)
 		_exit(st_client(port, ready[1], quit[0]));
@@ -601,7 +602,7 @@ START_TEST(test_segment_fork)
 	int s = ferry_socket(AF_INET, SOCK_STREAM, 0), status;
 
 	ck_assert_int_ge(s, 0);
-	child = fork();
+	child = tu_fork_quiet();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
 		/* The parent's segment is not the child's; its first socket

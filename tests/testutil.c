@@ -3,13 +3,16 @@
  */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -500,6 +503,51 @@ bool tu_all_bytes(const void *buf, size_t len, unsigned char value)
 
 /* --- fork and control messages --- */
 
+/* Is every thread of this process but the caller asleep (state S)? */
+static bool tu_others_asleep(void)
+{
+	pid_t self = (pid_t)syscall(SYS_gettid);
+	bool asleep = true;
+	struct dirent *e;
+	DIR *d = opendir("/proc/self/task");
+
+	if (!d)
+		return true;	/* cannot tell: fork as before */
+	while (asleep && (e = readdir(d))) {
+		char path[300], buf[512], *paren;
+		ssize_t n;
+		int fd;
+
+		if (e->d_name[0] == '.' || atoi(e->d_name) == self)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;	/* exited meanwhile */
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		/* "tid (comm) S ...": the state follows the last ')'. */
+		paren = strrchr(buf, ')');
+		if (paren && paren[1] == ' ' && paren[2] != 'S')
+			asleep = false;
+	}
+	closedir(d);
+	return asleep;
+}
+
+pid_t tu_fork_quiet(void)
+{
+	uint64_t deadline = tu_now_ms() + 5000;
+
+	while (!tu_others_asleep() && tu_now_ms() < deadline)
+		usleep(200);
+	fflush(NULL);
+	return fork();
+}
+
 pid_t tu_fork(int (*child)(int sock, int ctl, void *arg), void *arg,
 	      int *sock_p, int *ctl_p)
 {
@@ -508,8 +556,7 @@ pid_t tu_fork(int (*child)(int sock, int ctl, void *arg), void *arg,
 
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, cv), 0);
-	fflush(NULL);
-	pid = fork();
+	pid = tu_fork_quiet();
 	ck_assert_int_ne(pid, -1);
 	if (pid == 0) {
 		close(sv[0]);

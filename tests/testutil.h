@@ -141,6 +141,17 @@ void tu_sleep_ms(unsigned int ms);
 /* --- across fork() --- */
 
 /*
+ * tu_fork_quiet - fork() once every other thread of this process (ferry's
+ * CM, shm monitor and keepalive threads) sleeps in a system call, waiting up
+ * to a few seconds for it.  A child inherits the locks other threads held at
+ * the fork; glibc's malloc takes its own locks around fork(), but the
+ * allocator of AddressSanitizer as GCC 12 builds it does not, and a child
+ * forked while another thread was inside it waits for that lock forever.
+ * Tests fork through this (or tu_fork, which uses it).
+ */
+pid_t tu_fork_quiet(void);
+
+/*
  * tu_fork - create the connection socket pair and a control socket pair,
  * fork, run @child(sock, ctl, arg) in the child and _exit with its result.
  * In the parent, *sock_p and *ctl_p receive the parent's ends.
