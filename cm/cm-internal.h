@@ -246,6 +246,7 @@ struct cm_watch {
 	void *arg;
 	uint64_t deadline_ms;		/* CLOCK_MONOTONIC ms, 0: none */
 	enum cm_watch_state state;
+	bool in_callback;		/* its callback runs, and may have armed it again */
 	pid_t pid;			/* process that armed it */
 	struct cm_watch *next, **pprev;	/* the timed list, while armed with a deadline */
 };

@@ -92,9 +92,11 @@ static void cm_watch_claim_locked(struct cm_watch *w)
 /* Run the callback of @w, claimed; lock held on entry and on return. */
 static void cm_watch_fire_locked(struct cm_watch *w, short what)
 {
+	w->in_callback = true;
 	pthread_mutex_unlock(&cm_watches.lock);
 	w->cb(w->fd, what, w->arg);
 	pthread_mutex_lock(&cm_watches.lock);
+	w->in_callback = false;
 	if (w->state == CM_WATCH_FIRING)	/* not armed again by its callback */
 		w->state = CM_WATCH_IDLE;
 	pthread_cond_broadcast(&cm_watches.fired);
@@ -249,13 +251,19 @@ bool cm_watch_del(struct cm_watch *w)
 	 * ours to change. */
 	if (w->state != CM_WATCH_IDLE && w->pid != getpid()) {
 		w->state = CM_WATCH_IDLE;
+		w->in_callback = false;
 		w->pprev = NULL;
 		w->next = NULL;
 		pthread_mutex_unlock(&cm_watches.lock);
 		return true;
 	}
-	/* Its callback runs (in the CM thread, unless that is us): wait. */
-	while (w->state == CM_WATCH_FIRING && !cm_thread_is_self())
+	/*
+	 * Its callback runs (in the CM thread, unless that is us): wait, even
+	 * if the callback armed it again (a client's reply callback arms the
+	 * hang-up watch, then reports ESTABLISHED; the application may close
+	 * and free the watch before the callback has returned).
+	 */
+	while (w->in_callback && !cm_thread_is_self())
 		pthread_cond_wait(&cm_watches.fired, &cm_watches.lock);
 	armed = w->state == CM_WATCH_ARMED;
 	if (armed) {

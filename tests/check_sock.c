@@ -1259,6 +1259,63 @@ static void *ts_accept_one(void *arg)
 	return NULL;
 }
 
+/* Accept, send one byte, close; @n times. */
+struct ts_quick_server {
+	int l, n, failed;
+};
+
+static void *ts_quick_serve(void *arg)
+{
+	struct ts_quick_server *q = arg;
+	char x = 'q';
+
+	for (int i = 0; i < q->n; i++) {
+		int fd = ferry_sock_accept(q->l, NULL, NULL);
+
+		if (fd < 0 || ferry_sock_send(fd, &x, 1, MSG_NOSIGNAL) != 1)
+			q->failed++;
+		if (fd >= 0)
+			ferry_sock_close(fd);
+	}
+	return NULL;
+}
+
+/*
+ * A server that accepts, sends and closes at once can be gone before the
+ * client has finished setting the connection up: the client still connects,
+ * reads the byte, then EOF, as over TCP.  This once lost the byte (the
+ * peer's hang-up put the client's QP in ERR before RTR: connect failed with
+ * EINVAL), hung (the shm monitor's watch list was relinked through a freed
+ * node) and read freed memory (a CM watch freed while its callback ran).
+ */
+START_TEST(test_peer_gone_before_established)
+{
+	struct ts_quick_server q = { .n = tu_on_shm() ? 1500 : 100 };
+	struct sockaddr_in sin;
+	uint16_t port;
+	pthread_t th;
+
+	q.l = ts_listen(&port);
+	ts_addr(&sin, port);
+	ck_assert_int_eq(pthread_create(&th, NULL, ts_quick_serve, &q), 0);
+	for (int i = 0; i < q.n; i++) {
+		int fd = ferry_socket(AF_INET, SOCK_STREAM, 0);
+		char c = 0;
+
+		ck_assert_int_ge(fd, 0);
+		if (ferry_sock_connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0)
+			ck_abort_msg("connection %d: connect: %s", i, strerror(errno));
+		ck_assert_int_eq(ferry_sock_recv(fd, &c, 1, 0), 1);
+		ck_assert_int_eq(c, 'q');
+		ck_assert_int_eq(ferry_sock_recv(fd, &c, 1, 0), 0);
+		ck_assert_int_eq(ferry_sock_close(fd), 0);
+	}
+	pthread_join(th, NULL);
+	ck_assert_int_eq(q.failed, 0);
+	ferry_sock_close(q.l);
+}
+END_TEST
+
 /*
  * An idle connection sends nothing, not even the update that publishes
  * the second half of a ring (which waits for data into the first): the
@@ -1546,6 +1603,11 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_credit_window_grows);
 	tcase_add_test(tc, test_idle_leaves_target_sgl_alone);
 	tcase_add_test(tc, test_idle_descriptors);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("early");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_peer_gone_before_established);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -378,6 +378,7 @@ struct shm_qp {
 	_Atomic bool async_error;	/* the peer broke the protocol: go to ERR */
 	int rnr_left;			/* retries left for the WR at sq_exec */
 	bool rnr_pending;		/* the WR at sq_exec waits for a receive */
+	bool hangup_pending;		/* the peer went before RTS: ERR at RTS */
 	uint64_t rnr_deadline_ns;
 
 	/* Receive queue (private half; the region holds the published half). */

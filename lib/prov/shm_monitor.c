@@ -206,18 +206,22 @@ void shm_monitor_forget(struct shm_qp *qp)
 		pthread_mutex_unlock(&mon.lock);
 		return;
 	}
-	for (pp = &mon.watches; (w = *pp); pp = &w->next) {
-		if (w->qp != qp)
-			continue;
-		while (w->pins)
-			pthread_cond_wait(&mon.unpinned, &mon.lock);
+	/* Waiting for the pins lets other threads add and remove watches:
+	 * look for the link to ours again after each wait. */
+	for (;;) {
+		for (pp = &mon.watches; (w = *pp) && w->qp != qp; pp = &w->next)
+			;
+		if (!w || !w->pins)
+			break;
+		pthread_cond_wait(&mon.unpinned, &mon.lock);
+	}
+	if (w) {
 		if (qp->conn && qp->conn->watched) {
 			epoll_ctl(mon.epfd, EPOLL_CTL_DEL, qp->conn->sock, NULL);
 			qp->conn->watched = false;
 		}
 		*pp = w->next;
 		free(w);
-		break;
 	}
 	qp->in_rnr_list = false;
 	pthread_mutex_unlock(&mon.lock);
@@ -225,10 +229,20 @@ void shm_monitor_forget(struct shm_qp *qp)
 
 static void shm_monitor_hangup(struct shm_qp *qp)
 {
+	enum ferry_qp_state state;
+
 	ferry_lock(&qp->sq_lock);
 	if (qp->conn && !qp->conn->dead) {
 		qp->conn->dead = true;
-		shm_qp_set_error(qp, "peer hung up");
+		state = qp->qp.state;
+		/* A peer may finish the exchange, send and go before we are
+		 * even RTS (a server that answers and closes at once): as on a
+		 * device, RTR and RTS are ours to reach, and the error comes
+		 * with RTS (shm_modify_qp), after what the peer sent. */
+		if (state == FERRY_QPS_INIT || state == FERRY_QPS_RTR)
+			qp->hangup_pending = true;
+		else
+			shm_qp_set_error(qp, "peer hung up");
 	}
 	ferry_unlock(&qp->sq_lock);
 }

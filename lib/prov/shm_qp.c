@@ -248,6 +248,7 @@ static void shm_qp_reset(struct shm_qp *qp)
 	atomic_store(&qp->sq_retired, 0);
 	atomic_store(&qp->async_error, false);
 	qp->rnr_pending = false;
+	qp->hangup_pending = false;
 	if (qp->xconn) {
 		shm_conn_destroy(qp->xconn);
 		qp->xconn = NULL;
@@ -300,8 +301,12 @@ int shm_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 		if (next == FERRY_QPS_RTS && cur != FERRY_QPS_RTS)
 			qp->rnr_left = qp->rnr_retry;
 		__atomic_store_n(&qp->qp.state, next, __ATOMIC_RELEASE);
-		if (next == FERRY_QPS_RTS)
+		if (next == FERRY_QPS_RTS && qp->hangup_pending) {
+			qp->hangup_pending = false;
+			shm_qp_set_error(qp, "peer hung up before RTS");
+		} else if (next == FERRY_QPS_RTS) {
 			shm_sq_progress(qp);	/* SQD -> RTS resumes */
+		}
 	}
 	ferry_unlock(&qp->sq_lock);
 	return 0;
