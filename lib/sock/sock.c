@@ -430,12 +430,21 @@ int ferry_sock_shutdown(int fd, int how)
 	return 0;
 }
 
-/* Orderly end of a connection on close: DISCONNECT after the data, then
- * wait (linger) for what is in flight before the CM tears the QP down. */
+/*
+ * Orderly end of a connection on close: DISCONNECT after the data, then
+ * wait (linger) for what is in flight before the CM tears the QP down:
+ * what is not acknowledged when the QP goes is lost.  Without SO_LINGER
+ * the wait is SOCK_CLOSE_WAIT_MS at most (kernel TCP goes on sending after
+ * close; a QP cannot outlive its socket).  It used to be one second, which
+ * a Soft-RoCE peer under load could take to acknowledge: its last bytes and
+ * the DISCONNECT were lost, and it read EOF early.
+ */
+#define SOCK_CLOSE_WAIT_MS	10000
+
 static void sock_close_connected(struct ferry_sock *s)
 {
 	unsigned int closed;
-	int wait_ms = 1000;
+	int wait_ms = SOCK_CLOSE_WAIT_MS;
 
 	if (s->linger_on)
 		wait_ms = s->linger_s * 1000;

@@ -568,20 +568,23 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 	return err ? ERR(err) : 0;
 }
 
+/* Every send completed (a peer that sent DISCONNECT reads nothing more). */
+static bool sock_sends_done(struct ferry_sock *s)
+{
+	sock_progress(s);
+	return atomic_load(&s->sqe_avail) >= (int)s->sq_size ||
+	       (atomic_load(&s->closed) & (SOCK_RESET | SOCK_PEER_GONE));
+}
+
+/*
+ * Wait, sleeping on the completion channel, until every send completed or
+ * @timeout_ms passed.  On verbs a send completes when the peer's device
+ * acknowledged it; one that never will fails the QP after the retries.
+ */
 bool sock_drain_sends(struct ferry_sock *s, int timeout_ms)
 {
-	uint64_t deadline = sock_now_ns() + (uint64_t)timeout_ms * 1000000u;
-
-	/* A peer that sent DISCONNECT reads nothing more: nothing to wait for. */
-	while (atomic_load(&s->sqe_avail) < (int)s->sq_size &&
-	       !(atomic_load(&s->closed) & (SOCK_RESET | SOCK_PEER_GONE))) {
-		if (sock_progress(s))
-			continue;
-		if (sock_now_ns() >= deadline)
-			return false;
-		sched_yield();
-	}
-	return true;
+	return sock_wait(s, sock_sends_done,
+			 sock_now_ns() + (uint64_t)timeout_ms * 1000000u) == 0;
 }
 
 /* --- receiving --- */
