@@ -232,6 +232,17 @@ struct ferry_pd *ferry_alloc_pd(struct ferry_context *context)
 	return context->provider->alloc_pd(context);
 }
 
+struct ferry_pd *ferry_alloc_pd_small(struct ferry_context *context, uint32_t max_remote)
+{
+	if (!context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!context->provider->alloc_pd_small)
+		return context->provider->alloc_pd(context);
+	return context->provider->alloc_pd_small(context, max_remote);
+}
+
 void ferry_pd_detach(struct ferry_pd *pd)
 {
 	if (pd && pd->context->provider->detach_pd)

@@ -59,6 +59,9 @@ struct ferry_provider {
 	int (*query_device)(struct ferry_context *ctx, struct ferry_device_attr *attr);
 
 	struct ferry_pd *(*alloc_pd)(struct ferry_context *ctx);
+	/* Optional: a PD that will hold at most @max_remote MRs with remote
+	 * access (ferry_alloc_pd_small). */
+	struct ferry_pd *(*alloc_pd_small)(struct ferry_context *ctx, uint32_t max_remote);
 	int (*dealloc_pd)(struct ferry_pd *pd);
 	/* Optional: from now on releasing @pd and its MRs must not touch what
 	 * other processes share (see ferry_pd_detach). */
@@ -229,6 +232,15 @@ void ferry_cq_disarm(struct ferry_cq *cq);
  * Elsewhere, an ordinary channel.
  */
 struct ferry_comp_channel *ferry_create_comp_channel_single(struct ferry_context *context);
+/*
+ * ferry_alloc_pd_small - a PD whose caller will register at most
+ * @max_remote MRs with remote access (any number without): where the
+ * provider keeps a table of them that peers read (shm), it is sized for
+ * that many, not for the device's max_mr, so an idle connection's PD costs
+ * a few hundred bytes instead of a page.  A further remote-access MR fails
+ * with ENOMEM.  Elsewhere, an ordinary PD.
+ */
+struct ferry_pd *ferry_alloc_pd_small(struct ferry_context *context, uint32_t max_remote);
 struct ferry_cm_id;
 void ferry_cm_detach(struct ferry_cm_id *id);
 

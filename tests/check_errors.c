@@ -544,6 +544,20 @@ START_TEST(test_deregistered_rkey)
 }
 END_TEST
 
+/* The key of an MR without remote access opens nothing to the peer. */
+START_TEST(test_write_local_only_key)
+{
+	struct ferry_mr *local = ferry_reg_mr(b.pd, b.buf + 4096, 4096,
+					      FERRY_ACCESS_LOCAL_WRITE);
+
+	ck_assert_ptr_nonnull(local);
+	ck_assert_int_eq(err_write(1, 64, (uintptr_t)b.buf + 4096, local->rkey), 0);
+	err_expect(a.send_cq, 1, FERRY_WC_REM_ACCESS_ERR);
+	err_assert_b_untouched();
+	ck_assert_int_eq(ferry_dereg_mr(local), 0);
+}
+END_TEST
+
 static TCase *err_tcase(Suite *s, const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -571,6 +585,7 @@ Suite *errors_suite(void)
 	tcase_add_test(tc, test_atomic_misaligned);
 	tcase_add_test(tc, test_atomic_heap_memory);
 	tcase_add_test(tc, test_deregistered_rkey);
+	tcase_add_test(tc, test_write_local_only_key);
 
 	tc = err_tcase(s, "no_remote_write", err_setup_no_remote_write);
 	tcase_add_test(tc, test_mr_no_remote_write);

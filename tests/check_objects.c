@@ -745,6 +745,70 @@ START_TEST(test_arena_kinds_apart)
 }
 END_TEST
 
+/*
+ * Small pieces of one kind are cut from a page of their own: the small
+ * MR tables of two PDs share a page though a large region was handed out
+ * between them (bump allocation alone gave each its own page).
+ */
+START_TEST(test_arena_small_pieces_share_pages)
+{
+	struct shm_piece t1, r, t2;
+	long page = sysconf(_SC_PAGESIZE);
+
+	ck_assert_int_eq(shm_arena_get(128, SHM_PIECE_TABLE, &t1), 0);
+	ck_assert_int_eq(shm_arena_get(1 << 16, SHM_PIECE_REGION, &r), 0);
+	ck_assert_int_eq(shm_arena_get(128, SHM_PIECE_TABLE, &t2), 0);
+	ck_assert_ptr_eq(t1.seg, t2.seg);
+	ck_assert_uint_eq(t1.off / (size_t)page, t2.off / (size_t)page);
+	ck_assert_uint_ne(t1.off, t2.off);
+	ck_assert(r.off + r.size <= t1.off || t1.off + t1.size <= r.off);
+	shm_arena_put(&t2, 0);
+	shm_arena_put(&r, 0);
+	shm_arena_put(&t1, 0);
+}
+END_TEST
+
+/*
+ * A PD sized for one MR with remote access (a stream socket's) has a
+ * table of two slots; MRs without remote access go to its private table,
+ * whose keys no peer table has.
+ */
+START_TEST(test_small_pd_tables)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	char *buf = ferry_alloc(8192);
+	struct ferry_mr *remote, *local[20];
+	struct ferry_pd *pd;
+	int i;
+
+	ck_assert_ptr_nonnull(ctx);
+	ck_assert_ptr_nonnull(buf);
+	pd = ferry_alloc_pd_small(ctx, 1);
+	ck_assert_ptr_nonnull(pd);
+	ck_assert_uint_eq(to_spd(pd)->table_entries, 2);
+	ck_assert_uint_le(to_spd(pd)->table_piece.size, 128);
+	remote = ferry_reg_mr(pd, buf, 4096, FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE);
+	ck_assert_ptr_nonnull(remote);
+	ck_assert_uint_eq(SHM_KEY_INDEX(remote->rkey), 1);
+	/* More local MRs than a first chunk holds: the private table grows. */
+	for (i = 0; i < 20; i++) {
+		local[i] = ferry_reg_mr(pd, buf + 4096, 4096, FERRY_ACCESS_LOCAL_WRITE);
+		ck_assert_ptr_nonnull(local[i]);
+		ck_assert(SHM_KEY_INDEX(local[i]->lkey) & SHM_KEY_LOCAL);
+		ck_assert_ptr_nonnull(shm_mr_lookup_local(to_spd(pd), local[i]->lkey));
+	}
+	ck_assert_ptr_null(atomic_load(&to_spd(pd)->xtable));
+	ck_assert_int_eq(ferry_dealloc_pd(pd), -1);	/* MRs remain */
+	ck_assert_int_eq(errno, EBUSY);
+	for (i = 0; i < 20; i++)
+		ck_assert_int_eq(ferry_dereg_mr(local[i]), 0);
+	ck_assert_int_eq(ferry_dereg_mr(remote), 0);
+	ck_assert_int_eq(ferry_dealloc_pd(pd), 0);
+	ferry_free(buf);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
 Suite *objects_suite(void)
 {
 	Suite *s = suite_create("objects");
@@ -784,6 +848,8 @@ Suite *objects_suite(void)
 		tcase_add_test(tc, test_arena_region_outlives_qp);
 		tcase_add_test(tc, test_arena_peer_maps_kept);
 		tcase_add_test(tc, test_arena_kinds_apart);
+		tcase_add_test(tc, test_arena_small_pieces_share_pages);
+		tcase_add_test(tc, test_small_pd_tables);
 		suite_add_tcase(s, tc);
 	}
 	return s;

@@ -882,6 +882,42 @@ START_TEST(test_cross_process)
 }
 END_TEST
 
+/*
+ * A PD sized for one MR with remote access takes more once connected (a
+ * socket's iomaps): on shm the rest of its table is made then and reaches
+ * the peer before the keys can, and the peer writes into each.
+ */
+START_TEST(test_small_pd_grows_connected)
+{
+	struct tu_opts o = { .buf_len = 1 << 16, .pd_max_remote = 1 };
+	struct ferry_mr *extra[3];
+	struct tu_end x, y;
+	struct ferry_wc wc;
+	int i;
+
+	tu_pair_open(&x, &y, &o);	/* x.mr and y.mr fill the small tables */
+	for (i = 0; i < 3; i++) {
+		extra[i] = ferry_reg_mr(y.pd, y.buf + 4096 * (i + 1), 4096,
+					FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE);
+		ck_assert_ptr_nonnull(extra[i]);
+	}
+	tu_fill(x.buf, 3 * 4096, 7);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(tu_post_send1(x.qp, (uint64_t)i, FERRY_WR_RDMA_WRITE,
+					       FERRY_SEND_SIGNALED, x.buf + 4096 * i, 4096,
+					       x.mr->lkey, (uintptr_t)(y.buf + 4096 * (i + 1)),
+					       extra[i]->rkey), 0);
+	for (i = 0; i < 3; i++) {
+		tu_poll1(x.send_cq, &wc);
+		ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+	}
+	ck_assert(tu_check(y.buf + 4096, 3 * 4096, 7));
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(ferry_dereg_mr(extra[i]), 0);
+	tu_pair_close(&x, &y);
+}
+END_TEST
+
 Suite *ops_suite(void)
 {
 	Suite *s = suite_create("ops");
@@ -932,6 +968,7 @@ Suite *ops_suite(void)
 	tc = tcase_create("blocks");
 	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
 	tcase_add_test(tc, test_send_into_local_write_only_block);
+	tcase_add_test(tc, test_small_pd_grows_connected);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cross_process");

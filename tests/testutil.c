@@ -18,6 +18,7 @@
 
 #include <check.h>
 
+#include "ferry-internal.h"
 #include "testutil.h"
 
 uint64_t tu_now_ms(void)
@@ -66,7 +67,8 @@ static const char *tu_end_build(struct tu_end *e, const struct tu_opts *o)
 	e->ctx = ferry_open_transport(NULL);
 	if (!e->ctx)
 		return "ferry_open_transport(NULL)";
-	e->pd = ferry_alloc_pd(e->ctx);
+	e->pd = o->pd_max_remote ? ferry_alloc_pd_small(e->ctx, o->pd_max_remote) :
+				   ferry_alloc_pd(e->ctx);
 	if (!e->pd)
 		return "ferry_alloc_pd";
 	if (o->channel) {

@@ -42,6 +42,7 @@ struct tu_opts {
 	uint32_t max_recv_wr;	/* default 64 */
 	uint32_t max_sge;	/* send and recv; default 4 */
 	uint32_t max_inline;	/* default 0 */
+	uint32_t pd_max_remote;	/* > 0: ferry_alloc_pd_small(ctx, this) */
 };
 
 /* One end of a connection. */

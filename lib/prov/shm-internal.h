@@ -46,19 +46,30 @@
 #include "lock.h"
 
 #define SHM_MAGIC		0x46525931u	/* "FRY1" */
-#define SHM_VERSION		3u	/* 3: DQ ring before the region's head */
+#define SHM_VERSION		4u	/* 4: HELLO says how big the MR table is */
 
 #define SHM_MAX_QP_WR		(1u << 15)	/* queue depth limit */
 #define SHM_MAX_SGE		16u
 #define SHM_MAX_INLINE		1024u
 #define SHM_MAX_CQE		(1 << 22)
-#define SHM_MR_TABLE_ENTRIES	(1u << 14)	/* MRs per PD */
+#define SHM_MR_TABLE_ENTRIES	(1u << 14)	/* MRs with remote access per PD */
+#define SHM_MR_TABLE_MIN	2u		/* slot 0 (never used) and one MR */
 #define SHM_MAX_MR_SIZE		(1ull << 40)
 #define SHM_EXCHANGE_TIMEOUT_MS	10000
 
 /* rkey / lkey layout: index into the PD's MR table, and an 8-bit generation. */
 #define SHM_KEY_INDEX(key)	((key) >> 8)
 #define SHM_KEY(index, gen)	(((uint32_t)(index) << 8) | ((gen) & 0xffu))
+/*
+ * MRs without remote access are kept in a table of the PD's own, in private
+ * memory that peers never see: their keys carry SHM_KEY_LOCAL in the index,
+ * past the end of any table a peer maps, so used as an rkey one finds
+ * nothing.  That table grows by chunks that never move (lookups take no
+ * lock): chunk k holds SHM_LOCAL_CHUNK0 << k entries.
+ */
+#define SHM_KEY_LOCAL		(1u << 23)
+#define SHM_LOCAL_CHUNK0	8u
+#define SHM_LOCAL_CHUNKS	11	/* 8 * (2^11 - 1) = 16376 MRs */
 
 /* --- shared structures (layout is the wire format between processes) --- */
 
@@ -147,6 +158,7 @@ enum shm_msg_type {
 				 * notify word, recv CQ eventfd, kick eventfd */
 	SHM_MSG_REGION = 2,	/* fds: the region's segment */
 	SHM_MSG_BLOCK = 3,	/* fds: one ferry_alloc block */
+	SHM_MSG_TABLE = 4,	/* fds: segment of the PD's overflow MR table */
 };
 
 struct shm_msg {
@@ -157,7 +169,7 @@ struct shm_msg {
 	uint32_t psn;		/* HELLO */
 	uint32_t rq_size;	/* HELLO */
 	uint32_t rq_sge;	/* HELLO */
-	uint32_t pad;
+	uint32_t table_entries;	/* HELLO: slots of the MR table */
 	uint64_t value;		/* REGION: region size; BLOCK: block id */
 	/* Where in the segments passed with it: HELLO: MR table, notify word;
 	 * REGION: the region. */
@@ -244,11 +256,21 @@ struct shm_pd {
 	struct ferry_pd pd;
 	pthread_mutex_t lock;		/* MR slots, QP list */
 	struct shm_piece table_piece;	/* the MR table, in the arena */
-	struct shm_mr_entry *table;	/* SHM_MR_TABLE_ENTRIES */
+	struct shm_mr_entry *table;	/* MRs with remote access: peers read it */
+	uint32_t table_entries;		/* its slots, a power of two */
+	/* Past those, slots [table_entries, SHM_MR_TABLE_ENTRIES) are in a
+	 * full-size table made when the first one is needed, and announced
+	 * to connected peers (SHM_MSG_TABLE) as blocks are. */
+	struct shm_piece xtable_piece;
+	struct shm_mr_entry *_Atomic xtable;
 	/* Slots [1, hwm) have been used.  Scans stop there: a read of a
 	 * shared-memory page allocates it, so a scan of the whole table would
 	 * cost its full size in memory. */
 	_Atomic uint32_t hwm;
+	/* MRs without remote access (SHM_KEY_LOCAL): slots [0, local_hwm)
+	 * have been used. */
+	struct shm_mr_entry *_Atomic local[SHM_LOCAL_CHUNKS];
+	_Atomic uint32_t local_hwm;
 	struct shm_qp *qps;		/* connected QPs, for block announcements */
 	bool detached;			/* ferry_pd_detach: the table is not ours alone */
 };
@@ -337,6 +359,9 @@ struct shm_conn {
 	struct shm_mapping *peer_table_map;	/* segments, read-only */
 	struct shm_mapping *peer_notify_map;
 	const struct shm_mr_entry *peer_table;
+	uint32_t peer_table_entries;	/* validated copy from HELLO */
+	struct shm_mapping *peer_xtable_map;	/* its overflow table, once announced */
+	const struct shm_mr_entry *peer_xtable;
 	const struct shm_notify *peer_notify;
 	int peer_cq_efd;		/* signals the peer's recv CQ */
 	int peer_kick_efd;		/* wakes the peer's monitor (RNR): shm_fd_share */
@@ -348,6 +373,7 @@ struct shm_conn {
 	uint32_t nblocks, blocks_cap;
 	uint64_t *announced;		/* our block ids the peer has */
 	uint32_t nannounced, announced_cap;
+	bool table_announced;		/* our PD's overflow table: sent */
 	bool dead;			/* socket hung up */
 	bool watched;			/* registered with the monitor */
 };
@@ -381,8 +407,11 @@ struct shm_qp {
 	bool hangup_pending;		/* the peer went before RTS: ERR at RTS */
 	uint64_t rnr_deadline_ns;
 
-	/* Receive queue (private half; the region holds the published half). */
+	/* Receive queue (private half; the region holds the published half).
+	 * rq is a ring of rq_cap entries (heap), grown as more receives are
+	 * outstanding: an idle socket's 64 take 1.5 KiB, not a page. */
 	struct shm_rwqe *rq;
+	uint32_t rq_cap;
 	uint32_t rq_size;
 	uint64_t rq_prod, rq_cons;
 	struct shm_rsge *rq_pending;	/* receives posted before the region exists */
@@ -419,6 +448,9 @@ static inline struct shm_qp *to_sqp(struct ferry_qp *qp)
 
 /* shm.c: context, PD, MR, CQ, channel */
 const struct shm_mr_entry *shm_mr_lookup_local(struct shm_pd *pd, uint32_t lkey);
+const struct shm_mr_entry *shm_pd_next_entry(struct shm_pd *spd, uint32_t *pos);
+int shm_conn_announce_table(struct shm_conn *conn, const struct shm_piece *p);
+const struct shm_mr_entry *shm_conn_peer_entry(struct shm_conn *conn, uint32_t idx);
 void shm_cq_add_local(struct shm_cq *cq, const struct shm_lwc *lwc);
 void shm_cq_signal_local(struct shm_cq *cq, bool solicited_or_error);
 void shm_cq_attach_recv(struct shm_cq *cq, struct shm_qp *qp);
@@ -508,6 +540,12 @@ struct shm_region_layout {
 	size_t head_off;	/* offset of struct shm_region; the DQ ring ends there */
 	size_t size;		/* whole region */
 };
+
+/* The private record of receive @seq; rq_lock held. */
+static inline struct shm_rwqe *shm_rwqe_at(struct shm_qp *qp, uint64_t seq)
+{
+	return &qp->rq[seq & (qp->rq_cap - 1)];
+}
 
 static inline struct shm_region_layout shm_region_layout(uint32_t rq_size, size_t rq_stride,
 							 uint32_t dq_size)

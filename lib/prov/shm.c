@@ -263,9 +263,10 @@ static int shm_query_device(struct ferry_context *ctx, struct ferry_device_attr 
 
 /* --- protection domains and memory regions --- */
 
-static struct ferry_pd *shm_alloc_pd(struct ferry_context *ctx)
+/* A PD whose table has @entries slots (a power of two). */
+static struct ferry_pd *shm_pd_new(struct ferry_context *ctx, uint32_t entries)
 {
-	size_t size = SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry);
+	size_t size = entries * sizeof(struct shm_mr_entry);
 	struct shm_pd *spd = calloc(1, sizeof(*spd));
 
 	if (!spd)
@@ -273,6 +274,7 @@ static struct ferry_pd *shm_alloc_pd(struct ferry_context *ctx)
 	if (shm_arena_get(size, SHM_PIECE_TABLE, &spd->table_piece) < 0)
 		goto err_free;
 	spd->table = (struct shm_mr_entry *)spd->table_piece.addr;
+	spd->table_entries = entries;
 	pthread_mutex_init(&spd->lock, NULL);
 	atomic_init(&spd->hwm, 1);	/* slot 0 stays unused: key 0 is never valid */
 	spd->pd.context = ctx;
@@ -282,6 +284,72 @@ err_free:
 	free(spd);
 	errno = ENOMEM;
 	return NULL;
+}
+
+static struct ferry_pd *shm_alloc_pd(struct ferry_context *ctx)
+{
+	return shm_pd_new(ctx, SHM_MR_TABLE_ENTRIES);
+}
+
+/*
+ * Sized for @max_remote MRs with remote access: a stream socket's PD holds
+ * one (its receive ring) and shares a page of the arena with others.
+ */
+static struct ferry_pd *shm_alloc_pd_small(struct ferry_context *ctx, uint32_t max_remote)
+{
+	uint32_t entries = SHM_MR_TABLE_MIN;
+
+	while (entries < SHM_MR_TABLE_ENTRIES && entries - 1 < max_remote)
+		entries <<= 1;
+	return shm_pd_new(ctx, entries);
+}
+
+/* Slot @idx of the PD's shared table (small or overflow part), or NULL. */
+static struct shm_mr_entry *shm_pd_slot(struct shm_pd *spd, uint32_t idx)
+{
+	struct shm_mr_entry *x;
+
+	if (idx < spd->table_entries)
+		return idx ? &spd->table[idx] : NULL;
+	x = atomic_load_explicit(&spd->xtable, memory_order_acquire);
+	return x && idx < SHM_MR_TABLE_ENTRIES ? &x[idx] : NULL;
+}
+
+/*
+ * Slot @i of the PD's private table, or NULL past it (or, unless @make,
+ * where its chunk is not made yet).  @make: spd->lock held.
+ */
+static struct shm_mr_entry *shm_local_entry(struct shm_pd *spd, uint32_t i, bool make)
+{
+	uint32_t q = i / SHM_LOCAL_CHUNK0 + 1;
+	int k = 31 - __builtin_clz(q);
+	uint32_t first = SHM_LOCAL_CHUNK0 * ((1u << k) - 1);
+	struct shm_mr_entry *c;
+
+	if (k >= SHM_LOCAL_CHUNKS)
+		return NULL;
+	c = atomic_load_explicit(&spd->local[k], memory_order_acquire);
+	if (!c && make) {
+		c = calloc(SHM_LOCAL_CHUNK0 << k, sizeof(*c));
+		if (!c)
+			return NULL;
+		atomic_store_explicit(&spd->local[k], c, memory_order_release);
+	}
+	return c ? &c[i - first] : NULL;
+}
+
+/* Does any MR of the private table remain?  spd->lock held. */
+static bool shm_local_busy(struct shm_pd *spd)
+{
+	uint32_t i, hwm = atomic_load_explicit(&spd->local_hwm, memory_order_relaxed);
+
+	for (i = 0; i < hwm; i++) {
+		const struct shm_mr_entry *e = shm_local_entry(spd, i, false);
+
+		if (e && atomic_load_explicit(&e->rkey, memory_order_relaxed))
+			return true;
+	}
+	return false;
 }
 
 static void shm_detach_cq(struct ferry_cq *cq)
@@ -307,21 +375,28 @@ static int shm_dealloc_pd(struct ferry_pd *pd)
 	pthread_mutex_lock(&spd->lock);
 	for (i = 1; !spd->detached && i < atomic_load_explicit(&spd->hwm, memory_order_relaxed);
 	     i++) {
-		if (atomic_load_explicit(&spd->table[i].rkey, memory_order_relaxed)) {
+		const struct shm_mr_entry *e = shm_pd_slot(spd, i);
+
+		if (e && atomic_load_explicit(&e->rkey, memory_order_relaxed)) {
 			pthread_mutex_unlock(&spd->lock);
 			return ERR(EBUSY);
 		}
 	}
-	if (spd->qps) {
+	if (spd->qps || shm_local_busy(spd)) {
 		pthread_mutex_unlock(&spd->lock);
 		return ERR(EBUSY);
 	}
 	pthread_mutex_unlock(&spd->lock);
+	for (i = 0; i < SHM_LOCAL_CHUNKS; i++)
+		free(atomic_load_explicit(&spd->local[i], memory_order_relaxed));
 	/* Every slot is free (rkey 0) and keeps its generation: the next PD
 	 * to get this table hands out keys no holder of an old one can use.
 	 * A detached table is also another process's: not ours to reuse. */
-	if (!spd->detached)
+	if (!spd->detached) {
 		shm_arena_put(&spd->table_piece, 0);
+		if (atomic_load_explicit(&spd->xtable, memory_order_relaxed))
+			shm_arena_put(&spd->xtable_piece, 0);
+	}
 	pthread_mutex_destroy(&spd->lock);
 	free(spd);
 	return 0;
@@ -350,6 +425,29 @@ void shm_pd_remove_qp(struct shm_pd *spd, struct shm_qp *qp)
 }
 
 /*
+ * The small table is full: make the overflow table and tell the connected
+ * peers where it is before any key of it exists (as blocks are announced).
+ * spd->lock held.  A detached PD's table is another process's too: no.
+ */
+static int shm_pd_grow(struct shm_pd *spd)
+{
+	size_t size = SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry);
+	struct shm_qp *qp;
+
+	if (spd->detached || shm_arena_get(size, SHM_PIECE_TABLE, &spd->xtable_piece) < 0)
+		return -1;
+	atomic_store_explicit(&spd->xtable, (struct shm_mr_entry *)spd->xtable_piece.addr,
+			      memory_order_release);
+	for (qp = spd->qps; qp; qp = qp->pd_next) {
+		ferry_lock(&qp->sq_lock);
+		if (qp->conn)
+			shm_conn_announce_table(qp->conn, &spd->xtable_piece);
+		ferry_unlock(&qp->sq_lock);
+	}
+	return 0;
+}
+
+/*
  * Find a free MR slot; spd->lock held.  The lowest free one, so that the
  * used part of the table (and the memory it occupies) stays small.
  */
@@ -358,13 +456,65 @@ static uint32_t shm_pd_free_slot(struct shm_pd *spd)
 	uint32_t i, hwm = atomic_load_explicit(&spd->hwm, memory_order_relaxed);
 
 	for (i = 1; i < hwm; i++)
-		if (!atomic_load_explicit(&spd->table[i].rkey, memory_order_relaxed))
+		if (!atomic_load_explicit(&shm_pd_slot(spd, i)->rkey, memory_order_relaxed))
 			return i;
-	if (hwm == SHM_MR_TABLE_ENTRIES)
+	if (hwm == SHM_MR_TABLE_ENTRIES || (!shm_pd_slot(spd, hwm) && shm_pd_grow(spd) < 0))
 		return 0;
 	/* Published before the slot's key: a scan that sees the key sees it. */
 	atomic_store_explicit(&spd->hwm, hwm + 1, memory_order_release);
 	return hwm;
+}
+
+/* A free slot of the private table, as shm_pd_free_slot; NULL if none. */
+static struct shm_mr_entry *shm_pd_free_local(struct shm_pd *spd, uint32_t *i_p)
+{
+	uint32_t i, hwm = atomic_load_explicit(&spd->local_hwm, memory_order_relaxed);
+	struct shm_mr_entry *e;
+
+	for (i = 0; i < hwm; i++) {
+		e = shm_local_entry(spd, i, false);
+		if (e && !atomic_load_explicit(&e->rkey, memory_order_relaxed)) {
+			*i_p = i;
+			return e;
+		}
+	}
+	e = shm_local_entry(spd, hwm, true);
+	if (!e)
+		return NULL;
+	atomic_store_explicit(&spd->local_hwm, hwm + 1, memory_order_release);
+	*i_p = hwm;
+	return e;
+}
+
+/* The slot a key of @spd names (local or shared), or NULL. */
+static struct shm_mr_entry *shm_pd_entry(struct shm_pd *spd, uint32_t key)
+{
+	uint32_t idx = SHM_KEY_INDEX(key);
+
+	if (idx & SHM_KEY_LOCAL)
+		return shm_local_entry(spd, idx & ~SHM_KEY_LOCAL, false);
+	return shm_pd_slot(spd, idx);
+}
+
+/*
+ * For shm_conn_announce_existing: the MR entries of @spd with some access
+ * (the peer may write into them), shared table then private; *pos starts
+ * at 0.  NULL at the end.  The entries are read without the PD lock.
+ */
+const struct shm_mr_entry *shm_pd_next_entry(struct shm_pd *spd, uint32_t *pos)
+{
+	uint32_t hwm = atomic_load_explicit(&spd->hwm, memory_order_acquire);
+
+	while (*pos < hwm || *pos - hwm < atomic_load_explicit(&spd->local_hwm,
+							       memory_order_acquire)) {
+		uint32_t i = (*pos)++;
+		const struct shm_mr_entry *e = i < hwm ? shm_pd_slot(spd, i) :
+						  shm_local_entry(spd, i - hwm, false);
+
+		if (e && atomic_load_explicit(&e->rkey, memory_order_acquire) && e->access)
+			return e;
+	}
+	return NULL;
 }
 
 /*
@@ -392,6 +542,8 @@ static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
 static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, int access)
 {
 	struct shm_pd *spd = to_spd(pd);
+	bool remote = access & (FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_READ |
+				FERRY_ACCESS_REMOTE_ATOMIC);
 	struct shm_mr_entry *e;
 	struct ferry_block blk;
 	struct shm_mr *smr;
@@ -412,13 +564,18 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	}
 
 	pthread_mutex_lock(&spd->lock);
-	idx = shm_pd_free_slot(spd);
-	if (!idx) {
+	if (remote) {
+		idx = shm_pd_free_slot(spd);
+		e = idx ? shm_pd_slot(spd, idx) : NULL;
+	} else {
+		e = shm_pd_free_local(spd, &idx);
+		idx |= SHM_KEY_LOCAL;
+	}
+	if (!e) {
 		pthread_mutex_unlock(&spd->lock);
 		errno = ENOMEM;
 		goto err_free;
 	}
-	e = &spd->table[idx];
 	key = SHM_KEY(idx, ++e->gen);	/* idx >= 1: never 0 */
 	e->access = (uint32_t)access;
 	e->addr = (uintptr_t)addr;
@@ -451,10 +608,12 @@ static int shm_dereg_mr(struct ferry_mr *mr)
 {
 	struct shm_mr *smr = to_smr(mr);
 	struct shm_pd *spd = to_spd(mr->pd);
+	struct shm_mr_entry *e;
 
 	pthread_mutex_lock(&spd->lock);
-	if (!spd->detached)
-		atomic_store_explicit(&spd->table[smr->index].rkey, 0, memory_order_release);
+	e = shm_pd_entry(spd, mr->lkey);
+	if (e && (!spd->detached || (smr->index & SHM_KEY_LOCAL)))
+		atomic_store_explicit(&e->rkey, 0, memory_order_release);
 	pthread_mutex_unlock(&spd->lock);
 	free(smr);
 	return 0;
@@ -463,13 +622,11 @@ static int shm_dereg_mr(struct ferry_mr *mr)
 /* Our own table is trusted (peers can only read it). NULL if @lkey is stale. */
 const struct shm_mr_entry *shm_mr_lookup_local(struct shm_pd *spd, uint32_t lkey)
 {
-	uint32_t idx = SHM_KEY_INDEX(lkey);
+	const struct shm_mr_entry *e = shm_pd_entry(spd, lkey);
 
-	if (idx == 0 || idx >= SHM_MR_TABLE_ENTRIES)
+	if (!e || atomic_load_explicit(&e->rkey, memory_order_acquire) != lkey)
 		return NULL;
-	if (atomic_load_explicit(&spd->table[idx].rkey, memory_order_acquire) != lkey)
-		return NULL;
-	return &spd->table[idx];
+	return e;
 }
 
 /* --- completion channels --- */
@@ -851,6 +1008,7 @@ const struct ferry_provider ferry_shm_provider = {
 	.close_device = shm_close_device,
 	.query_device = shm_query_device,
 	.alloc_pd = shm_alloc_pd,
+	.alloc_pd_small = shm_alloc_pd_small,
 	.dealloc_pd = shm_dealloc_pd,
 	.detach_pd = shm_detach_pd,
 	.detach_cq = shm_detach_cq,

@@ -46,6 +46,14 @@
 #define SHM_ARENA_MAX_SHIFT	24		/* 16 MiB */
 #define SHM_ARENA_CLASSES	(SHM_ARENA_MAX_SHIFT - SHM_ARENA_MIN_SHIFT + 1)
 #define SHM_ARENA_ZERO_MAX	8192		/* give back: memset up to this, then punch */
+/*
+ * Pieces smaller than this are cut from slabs of this size, all of one
+ * kind and class: bump allocation alone would put each small piece next
+ * to a large one of another object (a QP's table, notify word and region
+ * come together), and a page per small piece is what idle connections
+ * paid for their MR tables.
+ */
+#define SHM_ARENA_SLAB		4096u
 
 struct shm_free {
 	struct shm_free *next;
@@ -149,9 +157,10 @@ int shm_arena_get(size_t size, enum shm_piece_kind kind, struct shm_piece *p)
 		f->next = arena.spare;
 		arena.spare = f;
 	} else {
-		size_t off = (arena.bump + csize - 1) & ~(csize - 1);
+		size_t run = csize < SHM_ARENA_SLAB ? SHM_ARENA_SLAB : csize;
+		size_t off = (arena.bump + run - 1) & ~(run - 1);
 
-		if (!arena.cur || off + csize > arena.cur->size) {
+		if (!arena.cur || off + run > arena.cur->size) {
 			struct shm_aseg *seg = shm_aseg_create();
 
 			if (!seg) {
@@ -162,9 +171,23 @@ int shm_arena_get(size_t size, enum shm_piece_kind kind, struct shm_piece *p)
 			arena.segs = arena.cur = seg;
 			off = 0;
 		}
-		arena.bump = off + csize;
+		arena.bump = off + run;
 		p->seg = arena.cur;
 		p->off = off;
+		/* The rest of a slab waits on the free list, lowest first. */
+		while (run > csize) {
+			struct shm_free *n = arena.spare;
+
+			run -= csize;
+			if (n)
+				arena.spare = n->next;
+			else if (!(n = malloc(sizeof(*n))))
+				continue;	/* that piece is lost to use, nothing worse */
+			n->seg = p->seg;
+			n->off = off + run;
+			n->next = arena.free[kind][c];
+			arena.free[kind][c] = n;
+		}
 	}
 	pthread_mutex_unlock(&arena.lock);
 	p->size = csize;

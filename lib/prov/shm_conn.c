@@ -339,6 +339,8 @@ static bool shm_hello_ok(const struct shm_msg *m)
 	return m->rq_size >= 1 && m->rq_size <= SHM_MAX_QP_WR &&
 	       (m->rq_size & (m->rq_size - 1)) == 0 &&
 	       m->rq_sge >= 1 && m->rq_sge <= SHM_MAX_SGE &&
+	       m->table_entries >= SHM_MR_TABLE_MIN && m->table_entries <= SHM_MR_TABLE_ENTRIES &&
+	       (m->table_entries & (m->table_entries - 1)) == 0 &&
 	       m->qp_num != 0 && m->qp_num <= 0xffffff;
 }
 
@@ -376,6 +378,7 @@ static int shm_hello_send(struct shm_qp *qp, struct shm_conn *conn)
 	if (kick < 0)
 		return -1;
 	m.off[0] = spd->table_piece.off;
+	m.table_entries = spd->table_entries;
 	m.off[1] = rcq->notify_piece.off;
 	m.qp_num = qp->qp.qp_num;
 	m.psn = qp->sq_psn;
@@ -399,8 +402,8 @@ static int shm_hello_recv(struct shm_conn *conn)
 		return ERR(EPROTO);
 	}
 	if (!shm_hello_ok(&m)) {
-		ferry_warn("peer's HELLO has bad values (qp %u, rq %u x %u)",
-			   m.qp_num, m.rq_size, m.rq_sge);
+		ferry_warn("peer's HELLO has bad values (qp %u, rq %u x %u, MR table %u)",
+			   m.qp_num, m.rq_size, m.rq_sge, m.table_entries);
 		shm_close_fds(pfds, SHM_HELLO_FDS);
 		return ERR(EPROTO);
 	}
@@ -414,8 +417,9 @@ static int shm_hello_recv(struct shm_conn *conn)
 		shm_close_fds(pfds, SHM_HELLO_FDS);
 		return ERR(EPROTO);
 	}
+	conn->peer_table_entries = m.table_entries;
 	conn->peer_table_map = shm_arena_map_peer(pfds[0], m.off[0],
-			SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry),
+			(size_t)m.table_entries * sizeof(struct shm_mr_entry),
 			(const void **)&conn->peer_table);
 	conn->peer_notify_map = shm_arena_map_peer(pfds[1], m.off[1], sizeof(struct shm_notify),
 						   (const void **)&conn->peer_notify);
@@ -429,7 +433,7 @@ static int shm_hello_recv(struct shm_conn *conn)
 	return 0;
 }
 
-static void shm_conn_take_block(struct shm_conn *conn, uint64_t id, int fd);
+static void shm_conn_take(struct shm_conn *conn, const struct shm_msg *m, int fd);
 static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn);
 
 /*
@@ -461,12 +465,13 @@ static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 		return -1;
 	for (;;) {
 		if (shm_msg_recv(conn->sock, &m,
-				 SHM_MSG_BIT(SHM_MSG_REGION) | SHM_MSG_BIT(SHM_MSG_BLOCK),
+				 SHM_MSG_BIT(SHM_MSG_REGION) | SHM_MSG_BIT(SHM_MSG_BLOCK) |
+				 SHM_MSG_BIT(SHM_MSG_TABLE),
 				 &fd, 1, SHM_EXCHANGE_TIMEOUT_MS, NULL) < 0)
 			return -1;
 		if (m.type == SHM_MSG_REGION)
 			break;
-		shm_conn_take_block(conn, m.value, fd);
+		shm_conn_take(conn, &m, fd);
 	}
 	if (m.value != want.size) {
 		ferry_warn("peer's region is %llu bytes, expected %zu",
@@ -506,6 +511,7 @@ void shm_conn_destroy(struct shm_conn *conn)
 	shm_fd_unshare(conn->peer_kick_efd);
 	shm_unmap(conn->peer_region_map);
 	shm_unmap(conn->peer_table_map);
+	shm_unmap(conn->peer_xtable_map);
 	shm_unmap(conn->peer_notify_map);
 	for (i = 0; i < conn->nblocks; i++)
 		shm_unmap(conn->blocks[i].map);
@@ -525,17 +531,16 @@ void shm_conn_destroy(struct shm_conn *conn)
 static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 {
 	struct shm_pd *spd = to_spd(qp->qp.pd);
-	const struct shm_mr_entry *table = spd->table;
-	uint32_t i, hwm = atomic_load_explicit(&spd->hwm, memory_order_acquire);
+	const struct shm_mr_entry *e;
+	uint32_t pos = 0;
 
-	for (i = 1; i < hwm; i++) {
-		const struct shm_mr_entry *e = &table[i];
+	if (atomic_load_explicit(&spd->xtable, memory_order_acquire))
+		shm_conn_announce_table(conn, &spd->xtable_piece);
+
+	while ((e = shm_pd_next_entry(spd, &pos))) {
 		uint64_t id;
 		int fd;
 
-		if (!atomic_load_explicit(&e->rkey, memory_order_acquire) ||
-		    !e->access)
-			continue;
 		id = e->block_id;
 		if (!id)
 			continue;
@@ -718,23 +723,80 @@ static void shm_conn_take_block(struct shm_conn *conn, uint64_t id, int fd)
 	conn->blocks[conn->nblocks++].map = map;
 }
 
-/* Take in the block announcements waiting in the socket. */
+/* Send where our PD's overflow MR table is (once); sq_lock held. */
+int shm_conn_announce_table(struct shm_conn *conn, const struct shm_piece *p)
+{
+	struct shm_msg m = { .type = SHM_MSG_TABLE, .off = { p->off } };
+
+	if (conn->table_announced)
+		return 0;
+	if (shm_msg_send(conn->sock, &m, &p->seg->fd, 1) < 0) {
+		ferry_warn("announcing an MR table to the peer: %m");
+		return -1;
+	}
+	conn->table_announced = true;
+	return 0;
+}
+
+/* Map the peer's overflow MR table from @fd (which this closes). */
+static void shm_conn_take_table(struct shm_conn *conn, uint64_t off, int fd)
+{
+	if (conn->peer_xtable_map) {
+		ferry_warn("peer announced a second MR table: ignored");
+	} else if (off & (_Alignof(struct shm_mr_entry) - 1)) {
+		ferry_warn("peer's MR table announcement is misaligned");
+	} else {
+		conn->peer_xtable_map = shm_arena_map_peer(fd, off,
+				SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry),
+				(const void **)&conn->peer_xtable);
+		if (!conn->peer_xtable_map)
+			conn->peer_xtable = NULL;
+	}
+	close(fd);
+}
+
+/* An announcement: a block, or the overflow MR table. */
+static void shm_conn_take(struct shm_conn *conn, const struct shm_msg *m, int fd)
+{
+	if (m->type == SHM_MSG_TABLE)
+		shm_conn_take_table(conn, m->off[0], fd);
+	else
+		shm_conn_take_block(conn, m->value, fd);
+}
+
+/* Take in the announcements waiting in the socket. */
 static void shm_conn_drain(struct shm_conn *conn)
 {
 	struct shm_msg m;
 	int fd;
 
 	while (!conn->dead) {
-		if (shm_msg_recv(conn->sock, &m, SHM_MSG_BIT(SHM_MSG_BLOCK), &fd, 1, -1,
-				 NULL) < 0) {
+		if (shm_msg_recv(conn->sock, &m,
+				 SHM_MSG_BIT(SHM_MSG_BLOCK) | SHM_MSG_BIT(SHM_MSG_TABLE), &fd, 1,
+				 -1, NULL) < 0) {
 			if (errno == ECONNRESET)
 				conn->dead = true;
 			if (errno != EPROTO)
 				return;
 			continue;
 		}
-		shm_conn_take_block(conn, m.value, fd);
+		shm_conn_take(conn, &m, fd);
 	}
+}
+
+/*
+ * The peer's MR table slot @idx, or NULL (0, or past any table it has
+ * announced); the QP's sq_lock held.
+ */
+const struct shm_mr_entry *shm_conn_peer_entry(struct shm_conn *conn, uint32_t idx)
+{
+	if (idx < conn->peer_table_entries)
+		return idx ? &conn->peer_table[idx] : NULL;
+	if (idx >= SHM_MR_TABLE_ENTRIES)
+		return NULL;
+	if (!conn->peer_xtable)
+		shm_conn_drain(conn);	/* the key may have come before we looked */
+	return conn->peer_xtable ? &conn->peer_xtable[idx] : NULL;
 }
 
 /* The peer's block @id mapped here, or NULL; the QP's sq_lock held. */

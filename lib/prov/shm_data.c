@@ -156,14 +156,16 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
 {
 	const struct shm_region *pr = conn->peer_region;
 
-	const struct shm_mr_entry *table = conn->peer_table, *e;
+	const struct shm_mr_entry *e = shm_conn_peer_entry(conn, SHM_KEY_INDEX(rkey));
 	uint64_t addr, length, block_id, block_off, off;
-	uint32_t idx = SHM_KEY_INDEX(rkey), access;
+	uint32_t access;
 	struct shm_mapping *map;
 
+	if (!e)
+		return FERRY_WC_REM_ACCESS_ERR;
 	/* The rkey we used last: still registered (its slot still holds it)? */
-	if (rkey == conn->rkey_cached && idx < SHM_MR_TABLE_ENTRIES &&
-	    atomic_load_explicit(&table[idx].rkey, memory_order_acquire) == rkey &&
+	if (rkey == conn->rkey_cached &&
+	    atomic_load_explicit(&e->rkey, memory_order_acquire) == rkey &&
 	    (atomic_load_explicit(&pr->qp_access, memory_order_relaxed) & need) == need) {
 		if (raddr < conn->rkey_addr || raddr - conn->rkey_addr > conn->rkey_length ||
 		    len > conn->rkey_length - (raddr - conn->rkey_addr) ||
@@ -177,9 +179,6 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
 	/* The target QP must allow the operation, as must the MR. */
 	if ((atomic_load_explicit(&pr->qp_access, memory_order_relaxed) & need) != need)
 		return FERRY_WC_REM_ACCESS_ERR;
-	if (idx == 0 || idx >= SHM_MR_TABLE_ENTRIES)
-		return FERRY_WC_REM_ACCESS_ERR;
-	e = &table[idx];
 	if (atomic_load_explicit(&e->rkey, memory_order_acquire) != rkey)
 		return FERRY_WC_REM_ACCESS_ERR;
 	access = __atomic_load_n(&e->access, __ATOMIC_RELAXED);

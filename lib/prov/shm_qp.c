@@ -30,8 +30,8 @@ static uint32_t pow2_at_least(uint32_t n)
 }
 
 /*
- * A QP's three arrays (SQ slots, private RQ, receives awaiting the region)
- * share one anonymous mapping: the kernel hands out zero pages lazily, so
+ * A QP's two big arrays (SQ slots, receives awaiting the region) share one
+ * anonymous mapping: the kernel hands out zero pages lazily, so
  * an idle QP costs no memory for its queues, where calloc would reuse (and
  * clear) dirty heap memory; and one mapping is one mmap/munmap per QP (an
  * munmap in a threaded process costs TLB shootdowns).
@@ -46,14 +46,9 @@ static size_t shm_qp_sq_bytes(const struct shm_qp *qp)
 	return shm_qp_align((size_t)qp->sq_size * qp->sq_stride);
 }
 
-static size_t shm_qp_rq_bytes(const struct shm_qp *qp)
-{
-	return shm_qp_align((size_t)qp->rq_size * sizeof(*qp->rq));
-}
-
 static size_t shm_qp_arrays_bytes(const struct shm_qp *qp)
 {
-	return shm_qp_sq_bytes(qp) + shm_qp_rq_bytes(qp) +
+	return shm_qp_sq_bytes(qp) +
 	       (size_t)qp->rq_size * qp->cap.max_recv_sge * sizeof(*qp->rq_pending);
 }
 
@@ -65,8 +60,7 @@ static int shm_qp_arrays_alloc(struct shm_qp *qp)
 	if (p == MAP_FAILED)
 		return -1;
 	qp->sq = p;
-	qp->rq = (struct shm_rwqe *)(p + shm_qp_sq_bytes(qp));
-	qp->rq_pending = (struct shm_rsge *)(p + shm_qp_sq_bytes(qp) + shm_qp_rq_bytes(qp));
+	qp->rq_pending = (struct shm_rsge *)(p + shm_qp_sq_bytes(qp));
 	return 0;
 }
 
@@ -74,6 +68,7 @@ static void shm_qp_arrays_free(struct shm_qp *qp)
 {
 	if (qp->sq)
 		munmap(qp->sq, shm_qp_arrays_bytes(qp));
+	free(qp->rq);
 }
 
 static bool shm_cap_ok(const struct ferry_qp_cap *cap)

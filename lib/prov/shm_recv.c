@@ -7,6 +7,7 @@
 #include "config.h"
 #endif
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -17,7 +18,7 @@ static void shm_rq_write_entry(struct shm_qp *qp, uint64_t seq)
 {
 	uint32_t slot = (uint32_t)(seq & (qp->rq_size - 1));
 	uint8_t *ent = shm_rq_entry((uint8_t *)qp->region, qp->rq_stride, qp->rq_size, seq);
-	uint32_t n = qp->rq[slot].num_sge;
+	uint32_t n = shm_rwqe_at(qp, seq)->num_sge;
 
 	/*
 	 * A region starts zeroed with every receive: on the first lap round
@@ -42,6 +43,31 @@ void shm_rq_publish(struct shm_qp *qp)
 	atomic_store_explicit(&qp->region->rq_prod, qp->rq_prod, memory_order_release);
 }
 
+/*
+ * Make room for one more outstanding receive in the private ring (at most
+ * max_recv_wr <= rq_size are); rq_lock held.  0 or ENOMEM.
+ */
+static int shm_rq_grow(struct shm_qp *qp)
+{
+	uint32_t cap = qp->rq_cap ? 2 * qp->rq_cap : 64;
+	struct shm_rwqe *n;
+	uint64_t seq;
+
+	if (cap > qp->rq_size)
+		cap = qp->rq_size;
+	if (cap <= qp->rq_cap)
+		return ENOMEM;
+	n = malloc(cap * sizeof(*n));
+	if (!n)
+		return ENOMEM;
+	for (seq = qp->rq_cons; seq < qp->rq_prod; seq++)
+		n[seq & (cap - 1)] = *shm_rwqe_at(qp, seq);
+	free(qp->rq);
+	qp->rq = n;
+	qp->rq_cap = cap;
+	return 0;
+}
+
 /* Check and translate one receive WR into slot rq_prod; rq_lock held. */
 static int shm_rq_put(struct shm_qp *qp, const struct ferry_recv_wr *wr)
 {
@@ -52,6 +78,8 @@ static int shm_rq_put(struct shm_qp *qp, const struct ferry_recv_wr *wr)
 	int i;
 
 	if (qp->rq_prod - qp->rq_cons >= qp->cap.max_recv_wr)
+		return ENOMEM;
+	if (qp->rq_prod - qp->rq_cons >= qp->rq_cap && shm_rq_grow(qp))
 		return ENOMEM;
 	if ((uint32_t)wr->num_sge > qp->cap.max_recv_sge)
 		return EINVAL;
@@ -73,7 +101,8 @@ static int shm_rq_put(struct shm_qp *qp, const struct ferry_recv_wr *wr)
 			rs[i] = (struct shm_rsge){ 0, g->addr, g->length };
 		total += g->length;
 	}
-	qp->rq[slot] = (struct shm_rwqe){ wr->wr_id, total, (uint32_t)wr->num_sge };
+	*shm_rwqe_at(qp, qp->rq_prod) = (struct shm_rwqe){ wr->wr_id, total,
+							   (uint32_t)wr->num_sge };
 	if (qp->region)
 		shm_rq_write_entry(qp, qp->rq_prod);
 	qp->rq_prod++;
@@ -171,8 +200,7 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 
 	ferry_lock(&qp->rq_lock);
 	while (conn && got < n && qp->rq_cons != qp->rq_prod) {
-		uint32_t slot = (uint32_t)(qp->rq_cons & (qp->rq_size - 1));
-		const struct shm_rwqe *r = &qp->rq[slot];
+		const struct shm_rwqe *r = shm_rwqe_at(qp, qp->rq_cons);
 		struct shm_delivery *pd = conn->peer_dq - (qp->rq_cons & mask);
 		struct shm_delivery d;
 		struct ferry_wc *w = &wc[got];
@@ -210,7 +238,7 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 			struct ferry_wc *w = &wc[got++];
 
 			memset(w, 0, sizeof(*w));
-			w->wr_id = qp->rq[qp->rq_cons & (qp->rq_size - 1)].wr_id;
+			w->wr_id = shm_rwqe_at(qp, qp->rq_cons)->wr_id;
 			w->status = FERRY_WC_WR_FLUSH_ERR;
 			w->opcode = FERRY_WC_RECV;
 			w->qp_num = qp->qp.qp_num;

@@ -169,8 +169,11 @@ static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 	 * A PD of its own: on shm, a PD's remote-access memory is announced to
 	 * every peer connected through that PD, so one PD shared by all
 	 * sockets made every new ring travel to every existing connection.
+	 * Its MRs with remote access: the ring, and the iomaps the peer may
+	 * write into (on shm its table of them then shares a page with other
+	 * sockets', where a full-size table took a page of its own).
 	 */
-	s->pd = ferry_alloc_pd(s->ctx);
+	s->pd = ferry_alloc_pd_small(s->ctx, 1 + s->target_iomap_size);
 	if (!s->pd)
 		return -1;
 	/* One CQ: on shm the channel is its eventfd, no epoll set between. */
