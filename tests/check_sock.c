@@ -1290,7 +1290,7 @@ static void *ts_quick_serve(void *arg)
  */
 START_TEST(test_peer_gone_before_established)
 {
-	struct ts_quick_server q = { .n = tu_on_shm() ? 1500 : 40 };
+	struct ts_quick_server q = { .n = tu_on_shm() ? 1500 : 10 };
 	struct sockaddr_in sin;
 	uint16_t port;
 	pthread_t th;
