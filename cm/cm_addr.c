@@ -241,7 +241,7 @@ uint16_t cm_addr_ephemeral_port(void)
 {
 	static _Atomic uint32_t state;
 	static _Atomic pid_t pid;
-	pid_t self = getpid();
+	pid_t self = ferry_pid();
 	uint32_t old, next;
 
 	if (atomic_load(&pid) != self) {	/* a child must not repeat its parent's ports */

@@ -153,7 +153,7 @@ static int cm_thread_start_locked(void)
 	}
 	pthread_detach(cm_thr.thread);
 	cm_thr.base = base;
-	cm_thr.pid = getpid();
+	cm_thr.pid = ferry_pid();
 	return 0;
 }
 
@@ -167,7 +167,7 @@ struct event_base *cm_thread_base(void)
 		return NULL;
 	}
 	pthread_mutex_lock(&cm_thr.lock);
-	if (cm_thr.pid == getpid() || cm_thread_start_locked() == 0)
+	if (cm_thr.pid == ferry_pid() || cm_thread_start_locked() == 0)
 		base = cm_thr.base;
 	pthread_mutex_unlock(&cm_thr.lock);
 	return base;
@@ -175,7 +175,7 @@ struct event_base *cm_thread_base(void)
 
 bool cm_thread_is_self(void)
 {
-	return cm_thr.pid == getpid() && cm_thr.base &&
+	return cm_thr.pid == ferry_pid() && cm_thr.base &&
 	       pthread_equal(pthread_self(), cm_thr.thread);
 }
 

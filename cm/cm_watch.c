@@ -158,7 +158,7 @@ static int cm_watch_set_locked(void)
 {
 	struct event_base *base;
 
-	if (cm_watches.pid == getpid())
+	if (cm_watches.pid == ferry_pid())
 		return 0;
 	base = cm_thread_base();
 	if (!base)
@@ -182,7 +182,7 @@ static int cm_watch_set_locked(void)
 		cm_watches.epfd = -1;
 		return ERR(ENOMEM);
 	}
-	cm_watches.pid = getpid();
+	cm_watches.pid = ferry_pid();
 	return 0;
 }
 
@@ -211,7 +211,7 @@ static int cm_watch_insert_locked(struct cm_watch *w)
 		cm_watches.timed = w;
 	}
 	w->state = CM_WATCH_ARMED;
-	w->pid = getpid();
+	w->pid = ferry_pid();
 	return 0;
 }
 
@@ -249,7 +249,7 @@ bool cm_watch_del(struct cm_watch *w)
 	pthread_mutex_lock(&cm_watches.lock);
 	/* Armed by the parent before fork: neither its set nor its list are
 	 * ours to change. */
-	if (w->state != CM_WATCH_IDLE && w->pid != getpid()) {
+	if (w->state != CM_WATCH_IDLE && w->pid != ferry_pid()) {
 		w->state = CM_WATCH_IDLE;
 		w->in_callback = false;
 		w->pprev = NULL;

@@ -104,7 +104,7 @@ void *ferry_alloc(size_t size)
 		goto err_close;
 	blk.addr = addr;
 	blk.ino = ferry_fd_inode(blk.fd);
-	blk.owner = getpid();
+	blk.owner = ferry_pid();
 
 	pthread_mutex_lock(&blocks_lock);
 	if (nblocks == blocks_cap) {
@@ -205,7 +205,7 @@ bool ferry_block_find(const void *addr, size_t len, struct ferry_block *blk_p)
 
 bool ferry_block_is_own_inode(unsigned long ino)
 {
-	pid_t self = getpid();
+	pid_t self = ferry_pid();
 	bool found = false;
 	size_t i;
 

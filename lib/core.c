@@ -20,8 +20,10 @@
 #endif
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ferry-internal.h"
 
@@ -247,6 +249,33 @@ void ferry_pd_detach(struct ferry_pd *pd)
 {
 	if (pd && pd->context->provider->detach_pd)
 		pd->context->provider->detach_pd(pd);
+}
+
+/*
+ * This process's id, without the system call getpid(2) is: the provider,
+ * the CM and the sockets ask for it dozens of times per connection (who
+ * made this, are we its child).  Renewed in a child of fork() by a handler
+ * registered when the library is loaded, before any other of ours, so that
+ * those run with the child's id already.
+ */
+static pid_t ferry_pid_cached;
+
+static void ferry_pid_renew(void)
+{
+	__atomic_store_n(&ferry_pid_cached, getpid(), __ATOMIC_RELAXED);
+}
+
+__attribute__((constructor)) static void ferry_pid_init(void)
+{
+	ferry_pid_renew();
+	pthread_atfork(NULL, NULL, ferry_pid_renew);
+}
+
+pid_t ferry_pid(void)
+{
+	pid_t pid = __atomic_load_n(&ferry_pid_cached, __ATOMIC_RELAXED);
+
+	return pid ? pid : getpid();
 }
 
 void ferry_fork_child(void)

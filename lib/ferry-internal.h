@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <errno.h>
 
 #include <ferry/verbs.h>
@@ -241,6 +242,8 @@ struct ferry_comp_channel *ferry_create_comp_channel_single(struct ferry_context
  * with ENOMEM.  Elsewhere, an ordinary PD.
  */
 struct ferry_pd *ferry_alloc_pd_small(struct ferry_context *context, uint32_t max_remote);
+/* getpid() without a system call (kept right across fork). */
+pid_t ferry_pid(void);
 struct ferry_cm_id;
 void ferry_cm_detach(struct ferry_cm_id *id);
 

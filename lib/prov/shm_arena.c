@@ -120,9 +120,9 @@ static void shm_arena_adopt_locked(void)
 {
 	unsigned int c, k;
 
-	if (arena.pid == getpid())
+	if (arena.pid == ferry_pid())
 		return;
-	arena.pid = getpid();
+	arena.pid = ferry_pid();
 	arena.segs = arena.cur = NULL;	/* the parent's: mapped, not ours */
 	arena.bump = 0;
 	/* The nodes of the parent's free lists become our spare ones. */

@@ -259,9 +259,9 @@ static void shm_region_recycle(struct shm_piece *piece, size_t head_off)
 /* After fork: the parent's records, not ours to act on; retired_lock held. */
 static void shm_retired_adopt_locked(void)
 {
-	if (retired_pid != getpid()) {
+	if (retired_pid != ferry_pid()) {
 		retired = NULL;
-		retired_pid = getpid();
+		retired_pid = ferry_pid();
 	}
 }
 
@@ -701,7 +701,7 @@ static void shm_conn_take_block(struct shm_conn *conn, uint64_t id, int fd)
 
 	/* A peer in another process handing back one of our own blocks would
 	 * have us write our memory where it chooses: refuse. */
-	if (conn->peer_pid != getpid() && ferry_block_is_own_inode(ferry_fd_inode(fd)))
+	if (conn->peer_pid != ferry_pid() && ferry_block_is_own_inode(ferry_fd_inode(fd)))
 		ferry_warn("peer passed back one of our own memory blocks");
 	else if (!shm_conn_find_block(conn, id))
 		map = shm_map_fd(fd, 1, PROT_READ | PROT_WRITE);

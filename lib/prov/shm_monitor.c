@@ -96,7 +96,7 @@ static int shm_monitor_start_locked(void)
 	sigset_t all, old;
 	int err;
 
-	if (mon.pid == getpid())
+	if (mon.pid == ferry_pid())
 		return 0;
 	pthread_once(&shm_atfork_once, shm_monitor_register_atfork);
 	/* After fork the child has the parent's fds but no thread: begin anew,
@@ -129,7 +129,7 @@ static int shm_monitor_start_locked(void)
 		ferry_err("starting the shm monitor thread: %m");
 		goto err;
 	}
-	mon.pid = getpid();
+	mon.pid = ferry_pid();
 	return 0;
 err:
 	if (mon.epfd >= 0)
@@ -202,7 +202,7 @@ void shm_monitor_forget(struct shm_qp *qp)
 	struct shm_watch **pp, *w;
 
 	pthread_mutex_lock(&mon.lock);
-	if (mon.pid != getpid()) {
+	if (mon.pid != ferry_pid()) {
 		pthread_mutex_unlock(&mon.lock);
 		return;
 	}
@@ -324,7 +324,7 @@ static void *shm_monitor_main(void *arg)
 void shm_monitor_fork_child(void)
 {
 	pthread_mutex_lock(&mon.lock);
-	if (mon.watches && mon.pid != getpid())
+	if (mon.watches && mon.pid != ferry_pid())
 		shm_monitor_start_locked();
 	pthread_mutex_unlock(&mon.lock);
 }

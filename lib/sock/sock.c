@@ -124,24 +124,9 @@ void sock_epoll_del(struct ferry_sock *s, int fd)
 	epoll_ctl(s->fd, EPOLL_CTL_DEL, fd, NULL);
 }
 
-static pid_t sock_pid_cached;
-static pthread_once_t sock_pid_once = PTHREAD_ONCE_INIT;
-
-static void sock_pid_renew(void)
-{
-	__atomic_store_n(&sock_pid_cached, getpid(), __ATOMIC_RELAXED);
-}
-
-static void sock_pid_init(void)
-{
-	sock_pid_renew();
-	pthread_atfork(NULL, NULL, sock_pid_renew);
-}
-
 pid_t sock_pid(void)
 {
-	pthread_once(&sock_pid_once, sock_pid_init);
-	return __atomic_load_n(&sock_pid_cached, __ATOMIC_RELAXED);
+	return ferry_pid();
 }
 
 struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec)
