@@ -382,7 +382,7 @@ static int shm_dealloc_pd(struct ferry_pd *pd)
 			return ERR(EBUSY);
 		}
 	}
-	if (spd->qps || shm_local_busy(spd)) {
+	if (spd->qps || (!spd->detached && shm_local_busy(spd))) {
 		pthread_mutex_unlock(&spd->lock);
 		return ERR(EBUSY);
 	}
