@@ -19,6 +19,7 @@
 #endif
 
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -199,11 +200,12 @@ void cm_event_report(struct cm_id_priv *id, struct cm_id_priv *listen_id,
 	ev->event.status = status;
 	if (param)
 		cm_event_copy_param(ev, param);
-	/* A CONNECT_REQUEST waits on the listener's channel (a synchronous
-	 * listener's own), whatever channel the new id has. */
-	chan = listen_id ? listen_id->chan : id->chan;
 	ferry_debug("cm: %s (status %d)", ferry_event_str(type), status);
 	pthread_mutex_lock(&cm_event_lock);
+	/* A CONNECT_REQUEST waits on the listener's channel (a synchronous
+	 * listener's own), whatever channel the new id has.  Read under the
+	 * lock: ferry_migrate_id changes it. */
+	chan = listen_id ? listen_id->chan : id->chan;
 	id->events_out++;
 	cm_event_enqueue_locked(chan, ev);
 	pthread_mutex_unlock(&cm_event_lock);
@@ -213,13 +215,20 @@ void cm_event_report(struct cm_id_priv *id, struct cm_id_priv *listen_id,
 static void cm_event_unlink_locked(struct cm_channel *chan, struct cm_event_priv **pp,
 				   struct cm_event_priv *prev)
 {
+	struct pollfd pfd = { .fd = chan->ch.fd, .events = POLLIN };
 	struct cm_event_priv *ev = *pp;
 	uint64_t one;
 
 	*pp = ev->next;
 	if (chan->tail == ev)
 		chan->tail = prev;
-	if (read(chan->ch.fd, &one, sizeof(one)) != sizeof(one))
+	/*
+	 * The count is one per queued event, unless a child of fork() that
+	 * shares the eventfd (not the queue) dropped events it inherited: then
+	 * it is short, and a read of the (blocking) fd would wait forever
+	 * under cm_event_lock.  Look first.
+	 */
+	if (poll(&pfd, 1, 0) == 1 && read(chan->ch.fd, &one, sizeof(one)) != sizeof(one))
 		ferry_err("cm: lowering an event channel: %m");
 }
 
@@ -253,6 +262,46 @@ void cm_event_purge(struct cm_id_priv *id)
 		cm_id_teardown(req);
 		cm_id_free_unreported(req);
 	}
+}
+
+/**
+ * ferry_migrate_id - move @id to @channel (rdma_migrate_id): the events of
+ * @id (and, for a listener, its connection requests) still queued on its
+ * channel move along, in order; every later one is queued on @channel.
+ * Events already retrieved are acked as before.  A synchronous id (created
+ * without a channel) cannot move: EINVAL.
+ */
+int ferry_migrate_id(struct ferry_cm_id *fid, struct ferry_event_channel *channel)
+{
+	struct cm_event_priv **pp, *ev, *prev = NULL;
+	struct cm_channel *from, *to;
+	struct cm_id_priv *id;
+
+	if (!fid || !channel)
+		return ERR(EINVAL);
+	id = to_cm_id(fid);
+	if (id->sync)
+		return ERR(EINVAL);
+	to = container_of(channel, struct cm_channel, ch);
+	pthread_mutex_lock(&cm_event_lock);
+	from = id->chan;
+	if (from != to) {
+		for (pp = &from->head; (ev = *pp);) {
+			if (ev->event.id != fid && ev->event.listen_id != fid) {
+				prev = ev;
+				pp = &ev->next;
+				continue;
+			}
+			cm_event_unlink_locked(from, pp, prev);	/* *pp: the next one */
+			cm_event_enqueue_locked(to, ev);
+		}
+		from->nids--;
+		to->nids++;
+		id->chan = to;
+		fid->channel = channel;
+	}
+	pthread_mutex_unlock(&cm_event_lock);
+	return 0;
 }
 
 void cm_event_wait_acked(struct cm_id_priv *id)

@@ -70,6 +70,52 @@ START_TEST(test_channel_busy)
 }
 END_TEST
 
+/*
+ * ferry_migrate_id: an event queued before the move goes along with the id,
+ * later ones arrive on the new channel, the old one is free to go.
+ */
+START_TEST(test_migrate_id)
+{
+	struct ferry_event_channel *a = ferry_create_event_channel();
+	struct ferry_event_channel *b = ferry_create_event_channel();
+	struct pollfd pfd = { .events = POLLIN };
+	struct sockaddr_storage dst;
+	struct ferry_cm_id *id, *sync_id;
+	uint16_t port = 0;
+	struct cmt_end l;
+
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	cmt_addr(&dst, AF_INET, port);
+	ck_assert_int_eq(ferry_create_id(a, &id, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_resolve_addr(id, NULL, (struct sockaddr *)&dst, 100), 0);
+	pfd.fd = a->fd;
+	ck_assert_int_eq(poll(&pfd, 1, 5000), 1);	/* ADDR_RESOLVED, on a */
+	ck_assert_int_eq(ferry_migrate_id(id, b), 0);
+	ck_assert_ptr_eq(id->channel, b);
+	pfd.fd = a->fd;
+	ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+	ck_assert_int_eq(ferry_destroy_event_channel(a), 0);	/* no id, no event */
+	ck_assert_int_eq(cmt_wait_ack(b, FERRY_CM_EVENT_ADDR_RESOLVED), 0);
+	ck_assert_int_eq(ferry_resolve_route(id, 100), 0);
+	ck_assert_int_eq(cmt_wait_ack(b, FERRY_CM_EVENT_ROUTE_RESOLVED), 0);
+	ck_assert_int_eq(ferry_destroy_event_channel(b), -1);
+	ck_assert_int_eq(errno, EBUSY);
+	ck_assert_int_eq(ferry_destroy_id(id), 0);
+	ck_assert_int_eq(ferry_destroy_event_channel(b), 0);
+	/* A synchronous id has no channel to leave. */
+	b = ferry_create_event_channel();
+	ck_assert_int_eq(ferry_create_id(NULL, &sync_id, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_migrate_id(sync_id, b), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ferry_migrate_id(NULL, b), -1);
+	ck_assert_int_eq(ferry_destroy_id(sync_id), 0);
+	ck_assert_int_eq(ferry_destroy_event_channel(b), 0);
+	cmt_close(&l);
+}
+END_TEST
+
 /* --- connecting --- */
 
 /* Connect over @family's test address, check events, addresses, data. */
@@ -531,6 +577,7 @@ Suite *cm_suite(void)
 	tcase_add_test(api, test_event_str);
 	tcase_add_test(api, test_channel_empty);
 	tcase_add_test(api, test_channel_busy);
+	tcase_add_test(api, test_migrate_id);
 	tcase_add_test(api, test_bind_addrinuse_and_port0);
 	tcase_add_test(api, test_addr_error_unreachable);
 	tcase_add_test(api, test_destroy_waits_for_ack);

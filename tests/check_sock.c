@@ -1376,7 +1376,7 @@ END_TEST
  * shm; see the list atop sock-internal.h): the ring's memfd is not among
  * them once the connection is up, the peer has mapped it.
  */
-#define TS_IDLE_PAIR_FDS	11	/* client's and accepted end's */
+#define TS_IDLE_PAIR_FDS	10	/* client's and accepted end's */
 #define TS_IDLE_PAIRS		8
 
 START_TEST(test_idle_descriptors)

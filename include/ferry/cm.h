@@ -132,6 +132,11 @@ int ferry_destroy_event_channel(struct ferry_event_channel *channel);
 int ferry_create_id(struct ferry_event_channel *channel, struct ferry_cm_id **id_p,
 		    void *context, enum ferry_port_space ps);
 int ferry_destroy_id(struct ferry_cm_id *id);
+/**
+ * ferry_migrate_id - move @id to @channel: its events still queued on the
+ * old one move along, in order, and all later ones arrive on @channel.
+ */
+int ferry_migrate_id(struct ferry_cm_id *id, struct ferry_event_channel *channel);
 
 int ferry_bind_addr(struct ferry_cm_id *id, struct sockaddr *addr);
 int ferry_resolve_addr(struct ferry_cm_id *id, struct sockaddr *src_addr,

@@ -18,21 +18,21 @@
  * resolution decides.  Its number is a real kernel fd: lowest-free rule, no
  * collisions.
  *
- * File descriptors of one shm connection (client 6, accepted end 5):
- * the socket's epoll fd; its own CM event channel (clients only: accepted
- * sockets share the listener's); the completion channel, which is the
- * CQ's eventfd itself (ferry_create_comp_channel_single); the AF_UNIX
- * connection twice (the CM's and the provider's dup); the eventfd of the
- * peer's CQ.  The ring's ferry_alloc memfd is closed once the connection
+ * File descriptors of one shm connection (5 at each end): the socket's
+ * epoll fd; the completion channel, which is the CQ's eventfd itself
+ * (ferry_create_comp_channel_single); the AF_UNIX connection twice (the
+ * CM's and the provider's dup); the eventfd of the peer's CQ.  A client's
+ * own CM event channel goes once it is connected (its id moves to the
+ * process's sink channel, sock_conn_park); accepted sockets share the
+ * listener's.  The ring's ferry_alloc memfd is closed once the connection
  * is up (ferry_block_drop_fd: the peer has mapped it).  The MR table and
  * the notify word are pieces of the process's arena and the peer's
  * monitor eventfd is kept once per peer process (prov/shm).  A process's
- * hard limit of 20000 fds therefore holds about 3,300 idle connections,
- * not 10,000: that needs one or two descriptors per connection -- the
+ * hard limit of 20000 fds therefore holds about 4,000 idle connections,
+ * not 10,000: that needs one descriptor per connection -- the
  * connection's AF_UNIX end as the socket's fd, carrying the peer's
- * wake-ups (a datagram instead of an eventfd write) and its hang-up, one
- * AF_UNIX descriptor shared by CM and provider, and the client's CM
- * channel shared per process once ESTABLISHED.
+ * wake-ups (a datagram instead of an eventfd write) and its hang-up, and
+ * one AF_UNIX descriptor shared by CM and provider.
  *
  * Locks (always taken in this order, each one optional):
  *   slock  - one sender at a time: the send ring, the current target SGE;
@@ -194,6 +194,7 @@ struct ferry_sock {
 	union sock_addr bound;		/* bind() address, family 0 if none */
 	struct sock_chan *chan;		/* CM channel: own, or the listener's */
 	bool chan_in_epoll;
+	bool chan_park;			/* ESTABLISHED: move the id to the sink */
 	struct ferry_cm_id *id;
 
 	/* Listener: accepted sockets waiting for ESTABLISHED, and ready. */

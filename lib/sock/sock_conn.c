@@ -61,6 +61,70 @@ void sock_chan_put(struct sock_chan *c)
 	free(c);
 }
 
+/*
+ * The sink: a channel no one reads, for the ids of connected clients.  Once
+ * ESTABLISHED a client's CM events are of no more use to its socket -- the
+ * peer's orderly end comes in band (DISCONNECT), and a connection the CM
+ * sees die takes the QP to ERR, which the socket sees -- so its id moves
+ * here (ferry_migrate_id) and its own channel goes: one descriptor less per
+ * connection.  Events of an id queued here go when it is destroyed.  One
+ * per process, kept for good: a child of fork() makes its own, since the
+ * parent's eventfd counts the parent's queue.
+ */
+static struct sock_chan *sock_sink;
+static pid_t sock_sink_pid;
+static pthread_mutex_t sock_sink_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void sock_sink_atfork_child(void)
+{
+	pthread_mutex_init(&sock_sink_lock, NULL);
+}
+
+static void sock_sink_init(void)
+{
+	pthread_atfork(NULL, NULL, sock_sink_atfork_child);
+}
+
+/* A reference to this process's sink, made on first use; NULL if none. */
+static struct sock_chan *sock_sink_get(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	struct sock_chan *c;
+
+	pthread_once(&once, sock_sink_init);
+	pthread_mutex_lock(&sock_sink_lock);
+	if (sock_sink_pid != sock_pid()) {
+		sock_sink = sock_chan_new();	/* its reference is the process's */
+		sock_sink_pid = sock_sink ? sock_pid() : 0;
+	}
+	c = sock_sink;
+	if (c)
+		atomic_fetch_add(&c->refs, 1);
+	pthread_mutex_unlock(&sock_sink_lock);
+	return c;
+}
+
+/* After the events of its own channel were taken: park a connected id. */
+static void sock_conn_park(struct ferry_sock *s)
+{
+	struct sock_chan *sink;
+
+	s->chan_park = false;
+	if (s->state != SOCK_CONNECTED || !s->id || !s->chan_in_epoll)
+		return;
+	sink = sock_sink_get();
+	if (!sink)
+		return;
+	if (ferry_migrate_id(s->id, sink->ch) < 0) {
+		sock_chan_put(sink);
+		return;
+	}
+	sock_epoll_del(s, s->chan->ch->fd);
+	sock_chan_put(s->chan);
+	s->chan = sink;
+	s->chan_in_epoll = false;
+}
+
 /* --- private data (PROTOCOLS.md 1: 40 bytes, big-endian) --- */
 
 static void rs_put_sge(uint8_t *p, uint64_t addr, uint32_t key, uint32_t length)
@@ -524,6 +588,7 @@ static void sock_conn_active_event(struct ferry_sock *s, struct ferry_cm_event *
 		}
 		sock_conn_established(s);
 		sock_ka_update(s);
+		s->chan_park = true;	/* once this loop has let go of the channel */
 		break;
 	default:
 		sock_conn_fail(s, sock_event_errno(ev));
@@ -760,6 +825,8 @@ void sock_conn_process(struct ferry_sock *s)
 			s->reap_id = NULL;
 		}
 	}
+	if (s->chan_park)
+		sock_conn_park(s);
 	if (!got && (s->state == SOCK_CONNECTING || s->state == SOCK_LISTENING))
 		sched_yield();
 }
