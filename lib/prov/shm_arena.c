@@ -66,6 +66,9 @@ static struct {
 	pid_t pid;			/* owner of segs: after fork, start anew */
 	struct shm_aseg *segs;		/* ours, newest first */
 	struct shm_aseg *cur;		/* bump allocation happens here */
+	/* Our ancestors' (before fork): still mapped here, their pieces in use
+	 * by what we inherited, never ours to hand out. */
+	struct shm_aseg *inherited;
 	size_t bump;
 	/* Per kind, per class: a piece only ever serves one kind of object,
 	 * so none finds another kind's leftovers in its parts never cleared. */
@@ -123,7 +126,16 @@ static void shm_arena_adopt_locked(void)
 	if (arena.pid == ferry_pid())
 		return;
 	arena.pid = ferry_pid();
-	arena.segs = arena.cur = NULL;	/* the parent's: mapped, not ours */
+	/* The parent's: mapped, not ours. */
+	if (arena.segs) {
+		struct shm_aseg *last = arena.segs;
+
+		while (last->next)
+			last = last->next;
+		last->next = arena.inherited;
+		arena.inherited = arena.segs;
+	}
+	arena.segs = arena.cur = NULL;
 	arena.bump = 0;
 	/* The nodes of the parent's free lists become our spare ones. */
 	for (k = 0; k < SHM_PIECE_KINDS; k++) {
