@@ -450,7 +450,7 @@ static inline struct shm_qp *to_sqp(struct ferry_qp *qp)
 const struct shm_mr_entry *shm_mr_lookup_local(struct shm_pd *pd, uint32_t lkey);
 const struct shm_mr_entry *shm_pd_next_entry(struct shm_pd *spd, uint32_t *pos);
 int shm_conn_announce_table(struct shm_conn *conn, const struct shm_piece *p);
-const struct shm_mr_entry *shm_conn_peer_entry(struct shm_conn *conn, uint32_t idx);
+const struct shm_mr_entry *shm_conn_peer_xentry(struct shm_conn *conn, uint32_t idx);
 void shm_cq_add_local(struct shm_cq *cq, const struct shm_lwc *lwc);
 void shm_cq_signal_local(struct shm_cq *cq, bool solicited_or_error);
 void shm_cq_attach_recv(struct shm_cq *cq, struct shm_qp *qp);
@@ -540,6 +540,19 @@ struct shm_region_layout {
 	size_t head_off;	/* offset of struct shm_region; the DQ ring ends there */
 	size_t size;		/* whole region */
 };
+
+/*
+ * The peer's MR table slot @idx, or NULL (0, or past any table it has
+ * announced); the QP's sq_lock held.  Every RDMA operation asks: the first
+ * table inline, the overflow one out of line.
+ */
+static inline const struct shm_mr_entry *shm_conn_peer_entry(struct shm_conn *conn,
+							      uint32_t idx)
+{
+	if (idx < conn->peer_table_entries)
+		return idx ? &conn->peer_table[idx] : NULL;
+	return shm_conn_peer_xentry(conn, idx);
+}
 
 /* The private record of receive @seq; rq_lock held. */
 static inline struct shm_rwqe *shm_rwqe_at(struct shm_qp *qp, uint64_t seq)

@@ -784,14 +784,9 @@ static void shm_conn_drain(struct shm_conn *conn)
 	}
 }
 
-/*
- * The peer's MR table slot @idx, or NULL (0, or past any table it has
- * announced); the QP's sq_lock held.
- */
-const struct shm_mr_entry *shm_conn_peer_entry(struct shm_conn *conn, uint32_t idx)
+/* shm_conn_peer_entry past the peer's first table; sq_lock held. */
+const struct shm_mr_entry *shm_conn_peer_xentry(struct shm_conn *conn, uint32_t idx)
 {
-	if (idx < conn->peer_table_entries)
-		return idx ? &conn->peer_table[idx] : NULL;
 	if (idx >= SHM_MR_TABLE_ENTRIES)
 		return NULL;
 	if (!conn->peer_xtable)

@@ -320,11 +320,13 @@ int sock_renumber(int from, int to);
 void sock_forget(int fd);
 void sock_epoll_del(struct ferry_sock *s, int fd);
 /*
- * sock_pid - this process's id without a system call (getpid(2) is one,
- * and the spare buffers and the keepalive service ask it per connection);
- * an atfork handler renews it in a child.
+ * sock_pid - this process's id without a system call (ferry_pid): the
+ * spare buffers and the keepalive service ask it per connection.
  */
-pid_t sock_pid(void);
+static inline pid_t sock_pid(void)
+{
+	return ferry_pid();
+}
 
 /* --- sock_conn.c: CM setup --- */
 int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen_t len);

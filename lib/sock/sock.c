@@ -124,10 +124,6 @@ void sock_epoll_del(struct ferry_sock *s, int fd)
 	epoll_ctl(s->fd, EPOLL_CTL_DEL, fd, NULL);
 }
 
-pid_t sock_pid(void)
-{
-	return ferry_pid();
-}
 
 struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec)
 {
