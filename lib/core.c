@@ -370,6 +370,15 @@ struct ferry_comp_channel *ferry_create_comp_channel_single(struct ferry_context
 	return channel;
 }
 
+int ferry_comp_channel_renumber(struct ferry_comp_channel *channel, int fd)
+{
+	if (!channel || fd < 0)
+		return ERR(EINVAL);
+	if (!channel->context->provider->renumber_comp_channel)
+		return ERR(EOPNOTSUPP);
+	return channel->context->provider->renumber_comp_channel(channel, fd);
+}
+
 /**
  * ferry_destroy_comp_channel - destroy @channel; EBUSY while CQs still use
  * it, as in libibverbs.

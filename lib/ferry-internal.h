@@ -79,6 +79,8 @@ struct ferry_provider {
 	/* Optional: a channel for one CQ ever (ferry_create_comp_channel_single). */
 	struct ferry_comp_channel *(*create_comp_channel_single)(struct ferry_context *ctx);
 	int (*destroy_comp_channel)(struct ferry_comp_channel *ch);
+	/* Optional: ferry_comp_channel_renumber. */
+	int (*renumber_comp_channel)(struct ferry_comp_channel *ch, int fd);
 	int (*get_cq_event)(struct ferry_comp_channel *ch, struct ferry_cq **cq_p);
 	/* Optional: get_cq_event that never blocks nor asks the fd whether
 	 * it may (ferry_cq_event_poll). */
@@ -228,11 +230,20 @@ void ferry_cq_disarm(struct ferry_cq *cq);
  * ferry_create_comp_channel_single - a completion channel that will carry
  * the events of one CQ only, for a caller that watches its fd itself (a
  * stream socket): where the provider can, its fd is the CQ's own wake-up
- * (shm: the CQ's eventfd, not an epoll set of them), one descriptor less.
- * A second CQ on it fails (EBUSY).  Non-blocking (O_NONBLOCK) on shm.
- * Elsewhere, an ordinary channel.
+ * (shm: the CQ's wake socket, not an epoll set of them), one descriptor
+ * less.  A second CQ on it fails (EBUSY).  Non-blocking (O_NONBLOCK) on
+ * shm.  Elsewhere, an ordinary channel.
  */
 struct ferry_comp_channel *ferry_create_comp_channel_single(struct ferry_context *context);
+/*
+ * ferry_comp_channel_renumber - the caller has put a copy of @channel's
+ * fd at number @fd (dup3) and will close the old number: the channel
+ * uses @fd from now, and leaves closing it to the caller.  Only where
+ * nobody else holds the old number (shm single channels: CQs are woken by
+ * name); EOPNOTSUPP elsewhere.  So a stream socket's own fd can be its
+ * completion channel once it is connected.
+ */
+int ferry_comp_channel_renumber(struct ferry_comp_channel *channel, int fd);
 /*
  * ferry_alloc_pd_small - a PD whose caller will register at most
  * @max_remote MRs with remote access (any number without): where the

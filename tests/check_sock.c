@@ -1376,7 +1376,7 @@ END_TEST
  * shm; see the list atop sock-internal.h): the ring's memfd is not among
  * them once the connection is up, the peer has mapped it.
  */
-#define TS_IDLE_PAIR_FDS	10	/* client's and accepted end's */
+#define TS_IDLE_PAIR_FDS	7	/* client's (non-blocking: 4) and accepted end's (3) */
 #define TS_IDLE_PAIRS		8
 
 START_TEST(test_idle_descriptors)
@@ -1413,6 +1413,89 @@ START_TEST(test_idle_descriptors)
 	ts_move_checked(fds[1], fds[0], 3 * (size_t)sock_get(fds[0])->rbuf_size);
 	for (i = 0; i < 2 * (TS_IDLE_PAIRS + 2); i++)
 		ck_assert_int_eq(ferry_sock_close(fds[i]), 0);
+	ferry_sock_close(l);
+}
+END_TEST
+
+/* Is @fd a datagram socket (a CQ's wake socket), not an epoll set? */
+static bool ts_fd_is_dgram(int fd)
+{
+	int type = 0;
+	socklen_t len = sizeof(type);
+
+	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_DGRAM;
+}
+
+/*
+ * sock_fd_merge: once connected, a socket from accept or a blocking
+ * connect is its completion channel itself (on shm).  The number stays
+ * the same; data flows and blocking reads wake up on it, across a
+ * renumbering too (the preload shim's); closing gives every descriptor
+ * back.  A non-blocking connect keeps its epoll set.
+ */
+/* A blocking connect to listener @l (port @port), accepted by a thread. */
+static void ts_pair_blocking(int l, uint16_t port, int *a, int *b)
+{
+	struct ts_acceptor acc = { .fd = -1, .l = l };
+	struct sockaddr_in sin;
+	pthread_t th;
+
+	ck_assert_int_eq(pthread_create(&th, NULL, ts_accept_one, &acc), 0);
+	*a = ferry_socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(*a, 0);
+	ts_addr(&sin, port);
+	ck_assert_int_eq(ferry_sock_connect(*a, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	pthread_join(th, NULL);
+	*b = acc.fd;
+	ck_assert_int_ge(*b, 0);
+}
+
+START_TEST(test_fd_merge)
+{
+	uint16_t port;
+	int l, a, a0, b, c, d, to, fds_before;
+	char ch = 'm';
+
+	l = ts_listen(&port);
+	/* The process-wide pieces first (spares, the sink channel, threads). */
+	ts_pair_blocking(l, port, &a, &b);
+	ck_assert_int_eq(ferry_sock_close(a), 0);
+	ck_assert_int_eq(ferry_sock_close(b), 0);
+	fds_before = cmt_count_fds();
+	ts_pair_blocking(l, port, &a, &b);
+	a0 = a;
+	if (!tu_on_shm()) {
+		printf("SKIP test_fd_merge on %s: its channel is the device's\n", tu_transport());
+		ck_assert(!ts_fd_is_dgram(a) && !ts_fd_is_dgram(b));
+	} else {
+		ck_assert(ts_fd_is_dgram(a));
+		ck_assert(ts_fd_is_dgram(b));
+		ck_assert(sock_get(a)->fd_is_cch && sock_get(b)->fd_is_cch);
+		ck_assert_int_eq(sock_get(a)->cch->fd, a);
+	}
+	ts_move_checked(a, b, 3 * (size_t)sock_get(b)->rbuf_size);
+	ts_move_checked(b, a, 3 * (size_t)sock_get(a)->rbuf_size);
+	/* Renumbered, as the preload shim does: the channel follows. */
+	to = dup(a);
+	ck_assert_int_ge(to, 0);
+	ck_assert_int_eq(sock_renumber(a, to), 0);
+	a = to;
+	ck_assert_int_ne(a, a0);
+	if (tu_on_shm())
+		ck_assert_int_eq(sock_get(a)->cch->fd, a);
+	ts_move_checked(b, a, 3 * (size_t)sock_get(a)->rbuf_size);
+	ck_assert_int_eq(ferry_sock_send(a, &ch, 1, 0), 1);
+	ts_read_all(b, &ch, 1);
+	ck_assert_int_eq(ch, 'm');
+	ck_assert_int_eq(ferry_sock_close(a), 0);
+	ck_assert_int_eq(ferry_sock_close(b), 0);
+	ck_assert_int_eq(cmt_count_fds(), fds_before);
+	/* A non-blocking connect keeps its set. */
+	ts_pair(&c, &d);
+	ck_assert(!ts_fd_is_dgram(c));
+	ck_assert(!sock_get(c)->fd_is_cch);
+	ck_assert_int_eq(ferry_sock_close(c), 0);
+	ck_assert_int_eq(ferry_sock_close(d), 0);
 	ferry_sock_close(l);
 }
 END_TEST
@@ -1603,6 +1686,7 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_credit_window_grows);
 	tcase_add_test(tc, test_idle_leaves_target_sgl_alone);
 	tcase_add_test(tc, test_idle_descriptors);
+	tcase_add_test(tc, test_fd_merge);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("early");

@@ -46,7 +46,7 @@
 #include "lock.h"
 
 #define SHM_MAGIC		0x46525931u	/* "FRY1" */
-#define SHM_VERSION		4u	/* 4: HELLO says how big the MR table is */
+#define SHM_VERSION		5u	/* 5: HELLO names the CQ's wake socket */
 
 #define SHM_MAX_QP_WR		(1u << 15)	/* queue depth limit */
 #define SHM_MAX_SGE		16u
@@ -151,11 +151,21 @@ struct shm_region {
 	_Atomic uint32_t released;
 };
 
+/*
+ * The abstract name of a CQ's wake socket (shm_wake.c): sun_path's bytes,
+ * the first one '\0'.  The kernel's autobind names take 6.
+ */
+#define SHM_WAKE_NAME_MAX	16
+struct shm_wake_name {
+	uint32_t len;
+	char bytes[SHM_WAKE_NAME_MAX];
+};
+
 /* --- out-of-band messages on the AF_UNIX SOCK_SEQPACKET socket --- */
 
 enum shm_msg_type {
 	SHM_MSG_HELLO = 1,	/* fds: segments of the MR table and of the recv CQ's
-				 * notify word, recv CQ eventfd, kick eventfd */
+				 * notify word, kick eventfd */
 	SHM_MSG_REGION = 2,	/* fds: the region's segment */
 	SHM_MSG_BLOCK = 3,	/* fds: one ferry_alloc block */
 	SHM_MSG_TABLE = 4,	/* fds: segment of the PD's overflow MR table */
@@ -170,13 +180,15 @@ struct shm_msg {
 	uint32_t rq_size;	/* HELLO */
 	uint32_t rq_sge;	/* HELLO */
 	uint32_t table_entries;	/* HELLO: slots of the MR table */
+	struct shm_wake_name wake;	/* HELLO: the recv CQ's wake socket */
+	uint32_t pad;
 	uint64_t value;		/* REGION: region size; BLOCK: block id */
 	/* Where in the segments passed with it: HELLO: MR table, notify word;
 	 * REGION: the region. */
 	uint64_t off[2];
 };
 
-#define SHM_HELLO_FDS	4
+#define SHM_HELLO_FDS	3
 
 /* --- mappings of peers' files, shared by every connection to them --- */
 
@@ -283,12 +295,15 @@ struct shm_mr {
 };
 
 /*
- * A completion channel: ch.fd is an epoll set of its CQs' eventfds, or,
- * for a single-CQ channel, the eventfd itself, which its one CQ adopts.
+ * A completion channel: ch.fd is an epoll set of its CQs' wake sockets,
+ * or, for a single-CQ channel, the wake socket itself, which its one CQ
+ * adopts.
  */
 struct shm_channel {
 	struct ferry_comp_channel ch;
-	bool single;			/* ch.fd is the eventfd of one CQ */
+	bool single;			/* ch.fd is the wake socket of one CQ */
+	bool fd_given;			/* ch.fd is the caller's now (renumbered) */
+	struct shm_wake_name wake;	/* single: ch.fd's name */
 	struct shm_cq *cq;		/* single: the CQ using it, if any */
 };
 
@@ -308,8 +323,9 @@ struct shm_cq {
 	struct shm_qp **rqps;		/* QPs whose receives complete here */
 	uint32_t nrqps, rqps_cap, rr_next;
 	int nqps;			/* QPs using this CQ at all */
-	int efd;			/* eventfd: the channel's epoll watches it, or
-					 * is it (single channel: the channel's) */
+	int efd;			/* wake socket: the channel's epoll watches it,
+					 * or it is the channel's (single channel) */
+	struct shm_wake_name wake;	/* efd's name: peers wake us there */
 	bool detached;			/* ferry_cq_detach: the channel is shared */
 	struct shm_piece notify_piece;	/* the notify word, in the arena */
 	struct shm_notify *notify;
@@ -363,7 +379,7 @@ struct shm_conn {
 	struct shm_mapping *peer_xtable_map;	/* its overflow table, once announced */
 	const struct shm_mr_entry *peer_xtable;
 	const struct shm_notify *peer_notify;
-	int peer_cq_efd;		/* signals the peer's recv CQ */
+	struct shm_wake_name peer_wake;	/* the peer's recv CQ's wake socket */
 	int peer_kick_efd;		/* wakes the peer's monitor (RNR): shm_fd_share */
 	uint64_t last_signalled_gen;
 	struct shm_peer_block {
@@ -457,6 +473,15 @@ void shm_cq_attach_recv(struct shm_cq *cq, struct shm_qp *qp);
 void shm_cq_detach_recv(struct shm_cq *cq, struct shm_qp *qp);
 void shm_pd_add_qp(struct shm_pd *pd, struct shm_qp *qp);
 void shm_pd_remove_qp(struct shm_pd *pd, struct shm_qp *qp);
+
+/* shm_wake.c: waking a CQ by its socket's name */
+/* A bound, non-blocking wake socket (parked) and its name; -1 + errno. */
+int shm_wake_socket(struct shm_wake_name *name);
+bool shm_wake_name_ok(const struct shm_wake_name *name);
+/* Make the CQ named @name poll readable. */
+void shm_wake(const struct shm_wake_name *name);
+/* Take a wake-up queued at @fd; true if there was one. */
+bool shm_wake_drain(int fd);
 
 /* shm_conn.c: exchange, announcements, monitor */
 int shm_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qpn_p);

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -652,7 +651,7 @@ static struct ferry_comp_channel *shm_create_comp_channel_single(struct ferry_co
 
 	if (!sch)
 		return NULL;
-	sch->ch.fd = ferry_fd_park(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	sch->ch.fd = shm_wake_socket(&sch->wake);
 	if (sch->ch.fd < 0) {
 		free(sch);
 		return NULL;
@@ -667,17 +666,14 @@ static inline struct shm_channel *to_sch(struct ferry_comp_channel *ch)
 	return container_of(ch, struct shm_channel, ch);
 }
 
-/* A single-CQ channel's event: its eventfd had a count. */
+/* A single-CQ channel's event: its wake socket had something. */
 static int shm_cq_event_single(struct shm_channel *sch, struct shm_cq **scq_p, bool nowait)
 {
 	struct pollfd pfd = { .fd = sch->ch.fd, .events = POLLIN };
-	uint64_t count;
 
 	for (;;) {
-		if (read(sch->ch.fd, &count, sizeof(count)) == sizeof(count))
+		if (shm_wake_drain(sch->ch.fd))
 			break;
-		if (errno != EAGAIN)
-			return -1;
 		/* O_NONBLOCK unless the application took it off */
 		if (nowait || (fcntl(sch->ch.fd, F_GETFL) & O_NONBLOCK))
 			return ERR(EAGAIN);
@@ -693,8 +689,32 @@ static int shm_cq_event_single(struct shm_channel *sch, struct shm_cq **scq_p, b
 
 static int shm_destroy_comp_channel(struct ferry_comp_channel *ch)
 {
-	close(ch->fd);	/* the core refuses while CQs still use it */
-	free(container_of(ch, struct shm_channel, ch));
+	struct shm_channel *sch = container_of(ch, struct shm_channel, ch);
+
+	if (!sch->fd_given)
+		close(ch->fd);	/* the core refuses while CQs still use it */
+	free(sch);
+	return 0;
+}
+
+/*
+ * A single channel's socket now has number @fd, which the caller made
+ * (dup3) and keeps: it closes the old number, and @fd when it is done.
+ * The CQ is woken by name, so no one else holds the number.
+ */
+static int shm_renumber_comp_channel(struct ferry_comp_channel *ch, int fd)
+{
+	struct shm_channel *sch = container_of(ch, struct shm_channel, ch);
+
+	if (!sch->single)
+		return ERR(EOPNOTSUPP);
+	if (sch->cq) {
+		ferry_lock(&sch->cq->lock);
+		sch->cq->efd = fd;
+		ferry_unlock(&sch->cq->lock);
+	}
+	ch->fd = fd;
+	sch->fd_given = true;
 	return 0;
 }
 
@@ -702,7 +722,6 @@ static int shm_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p, b
 {
 	struct epoll_event ev;
 	struct shm_cq *scq;
-	uint64_t count;
 	int n, timeout = 0;
 
 	if (to_sch(ch)->single) {
@@ -724,7 +743,7 @@ static int shm_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p, b
 		if (n == 0)
 			return ERR(EAGAIN);
 		scq = ev.data.ptr;
-		if (read(scq->efd, &count, sizeof(count)) == sizeof(count))
+		if (shm_wake_drain(scq->efd))
 			break;
 		/* Another thread took this event: wait for the next one. */
 	}
@@ -766,10 +785,12 @@ static struct ferry_cq *shm_create_cq(struct ferry_context *ctx, int cqe,
 	scq = calloc(1, sizeof(*scq));
 	if (!scq)
 		return NULL;
-	if (ch && to_sch(ch)->single)
+	if (ch && to_sch(ch)->single) {
 		scq->efd = ch->fd;
-	else
-		scq->efd = ferry_fd_park(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+		scq->wake = to_sch(ch)->wake;
+	} else {
+		scq->efd = shm_wake_socket(&scq->wake);
+	}
 	if (scq->efd < 0)
 		goto err_free;
 	if (shm_arena_get(sizeof(*scq->notify), SHM_PIECE_NOTIFY, &scq->notify_piece) < 0)
@@ -809,9 +830,9 @@ static int shm_destroy_cq(struct ferry_cq *cq)
 	}
 	ferry_unlock(&scq->lock);
 	/* A detached CQ's channel is an epoll set shared with another
-	 * process since fork: removing our eventfd would remove it there. */
+	 * process since fork: removing our socket would remove it there. */
 	if (cq->channel && to_sch(cq->channel)->single)
-		to_sch(cq->channel)->cq = NULL;	/* the eventfd is the channel's */
+		to_sch(cq->channel)->cq = NULL;	/* the socket is the channel's */
 	else if (cq->channel && !scq->detached)
 		epoll_ctl(cq->channel->fd, EPOLL_CTL_DEL, scq->efd, NULL);
 	if (!scq->detached)
@@ -869,12 +890,10 @@ void shm_cq_signal_local(struct shm_cq *scq, bool solicited_or_error)
 {
 	uint64_t w = atomic_load(&scq->notify->word);
 	uint32_t mode = SHM_NOTIFY_MODE(w);
-	uint64_t one = 1;
 
 	if (mode == SHM_NOTIFY_ALL || (mode == SHM_NOTIFY_SOLICITED && solicited_or_error)) {
 		atomic_store(&scq->notify->word, scq->gen << 2 | SHM_NOTIFY_NONE);
-		if (write(scq->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			ferry_warn("signalling a CQ event: %m");
+		shm_wake(&scq->wake);
 	}
 }
 
@@ -1019,6 +1038,7 @@ const struct ferry_provider ferry_shm_provider = {
 	.create_comp_channel = shm_create_comp_channel,
 	.create_comp_channel_single = shm_create_comp_channel_single,
 	.destroy_comp_channel = shm_destroy_comp_channel,
+	.renumber_comp_channel = shm_renumber_comp_channel,
 	.get_cq_event = shm_get_cq_event,
 	.poll_cq_event = shm_poll_cq_event,
 	.create_cq = shm_create_cq,

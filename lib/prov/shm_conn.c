@@ -6,8 +6,9 @@
  * (shm_qp_exchange_begin sends HELLO, which needs nothing from the peer, so
  * a caller may send it early; shm_qp_exchange_end does the rest):
  *
- *   HELLO   qp_num, psn, rq depth and SGEs;  fds: MR table (read-only),
- *           recv CQ notify word (read-only), recv CQ eventfd, monitor kick
+ *   HELLO   qp_num, psn, rq depth and SGEs, the name of the recv CQ's
+ *           wake socket (shm_wake.c);        fds: MR table (read-only),
+ *           recv CQ notify word (read-only), monitor kick
  *   BLOCK   block id;                        fd: a ferry_alloc block
  *   REGION  region size;                     fd: the region (read-only)
  *
@@ -341,7 +342,7 @@ static bool shm_hello_ok(const struct shm_msg *m)
 	       m->rq_sge >= 1 && m->rq_sge <= SHM_MAX_SGE &&
 	       m->table_entries >= SHM_MR_TABLE_MIN && m->table_entries <= SHM_MR_TABLE_ENTRIES &&
 	       (m->table_entries & (m->table_entries - 1)) == 0 &&
-	       m->qp_num != 0 && m->qp_num <= 0xffffff;
+	       m->qp_num != 0 && m->qp_num <= 0xffffff && shm_wake_name_ok(&m->wake);
 }
 
 /*
@@ -372,8 +373,7 @@ static int shm_hello_send(struct shm_qp *qp, struct shm_conn *conn)
 	struct shm_msg m = { .type = SHM_MSG_HELLO };
 	int kick = shm_monitor_kick_fd();
 	struct shm_pd *spd = to_spd(qp->qp.pd);
-	int fds[SHM_HELLO_FDS] = { spd->table_piece.seg->fd, rcq->notify_piece.seg->fd,
-				   rcq->efd, kick };
+	int fds[SHM_HELLO_FDS] = { spd->table_piece.seg->fd, rcq->notify_piece.seg->fd, kick };
 
 	if (kick < 0)
 		return -1;
@@ -384,6 +384,7 @@ static int shm_hello_send(struct shm_qp *qp, struct shm_conn *conn)
 	m.psn = qp->sq_psn;
 	m.rq_size = qp->rq_size;
 	m.rq_sge = qp->cap.max_recv_sge;
+	m.wake = rcq->wake;
 	return shm_msg_send(conn->sock, &m, fds, SHM_HELLO_FDS);
 }
 
@@ -402,8 +403,9 @@ static int shm_hello_recv(struct shm_conn *conn)
 		return ERR(EPROTO);
 	}
 	if (!shm_hello_ok(&m)) {
-		ferry_warn("peer's HELLO has bad values (qp %u, rq %u x %u, MR table %u)",
-			   m.qp_num, m.rq_size, m.rq_sge, m.table_entries);
+		ferry_warn("peer's HELLO has bad values (qp %u, rq %u x %u, MR table %u, "
+			   "wake name %u bytes)",
+			   m.qp_num, m.rq_size, m.rq_sge, m.table_entries, m.wake.len);
 		shm_close_fds(pfds, SHM_HELLO_FDS);
 		return ERR(EPROTO);
 	}
@@ -423,9 +425,9 @@ static int shm_hello_recv(struct shm_conn *conn)
 			(const void **)&conn->peer_table);
 	conn->peer_notify_map = shm_arena_map_peer(pfds[1], m.off[1], sizeof(struct shm_notify),
 						   (const void **)&conn->peer_notify);
-	conn->peer_cq_efd = pfds[2];
+	conn->peer_wake = m.wake;
 	/* One peer process, one monitor eventfd: its connections share a copy. */
-	conn->peer_kick_efd = shm_fd_share(pfds[3]);
+	conn->peer_kick_efd = shm_fd_share(pfds[2]);
 	close(pfds[0]);
 	close(pfds[1]);
 	if (!conn->peer_table_map || !conn->peer_notify_map || conn->peer_kick_efd < 0)
@@ -506,8 +508,6 @@ void shm_conn_destroy(struct shm_conn *conn)
 
 	if (conn->sock >= 0)
 		close(conn->sock);
-	if (conn->peer_cq_efd >= 0)
-		close(conn->peer_cq_efd);
 	shm_fd_unshare(conn->peer_kick_efd);
 	shm_unmap(conn->peer_region_map);
 	shm_unmap(conn->peer_table_map);
@@ -567,7 +567,7 @@ int shm_qp_exchange_begin(struct ferry_qp *fqp, int sock)
 	conn = calloc(1, sizeof(*conn));
 	if (!conn)
 		return -1;
-	conn->peer_cq_efd = conn->peer_kick_efd = -1;
+	conn->peer_kick_efd = -1;
 	conn->sock = ferry_fd_dup(sock);
 	if (conn->sock < 0)
 		goto err_free;

@@ -278,7 +278,7 @@ static enum ferry_wc_status shm_peer_recv_segs(struct shm_qp *qp, struct shm_con
 static void shm_notify_peer(struct shm_conn *conn, bool solicited_or_error)
 {
 	const struct shm_notify *n = conn->peer_notify;
-	uint64_t w, one = 1;
+	uint64_t w;
 	uint32_t mode;
 
 	/* Pairs with the seq_cst store of ferry_req_notify_cq: either we see the
@@ -291,8 +291,7 @@ static void shm_notify_peer(struct shm_conn *conn, bool solicited_or_error)
 	if (mode == SHM_NOTIFY_SOLICITED && !solicited_or_error)
 		return;
 	conn->last_signalled_gen = SHM_NOTIFY_GEN(w);
-	if (write(conn->peer_cq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		ferry_debug("signalling the peer's CQ: %m");
+	shm_wake(&conn->peer_wake);
 }
 
 /* Record that we consumed the peer's receive qp->dq_seq. */

@@ -85,6 +85,8 @@ int sock_epoll_add(struct ferry_sock *s, int fd)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
 
+	if (s->fd_is_cch)
+		return ERR(EINVAL);	/* no set any more (sock_fd_merge) */
 	if (epoll_ctl(s->fd, EPOLL_CTL_ADD, fd, &ev) < 0 && errno != EEXIST) {
 		ferry_warn("sock %d: adding fd %d to its epoll set: %m", s->fd, fd);
 		return -1;
@@ -109,6 +111,8 @@ int sock_renumber(int from, int to)
 		return ERR(e);
 	}
 	sock_table_clear(from);
+	if (s->fd_is_cch)
+		ferry_comp_channel_renumber(s->cch, to);	/* shm: cannot fail */
 	s->fd = to;
 	sock_stat_set_fd(s);
 	close(from);
@@ -119,9 +123,29 @@ void sock_epoll_del(struct ferry_sock *s, int fd)
 {
 	/* A set another process holds too (sock_forget) must keep its
 	 * entries; one about to be closed loses them anyway. */
-	if (s->detached || s->freeing)
+	if (s->detached || s->freeing || s->fd_is_cch)
 		return;
 	epoll_ctl(s->fd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+void sock_fd_merge(struct ferry_sock *s)
+{
+	int old, flags;
+
+	if (s->fd_is_cch || !s->cch || s->chan_in_epoll || s->verbs_transport || s->detached ||
+	    !sock_is_connected(s))
+		return;
+	flags = fcntl(s->fd, F_GETFD);
+	if (flags < 0 || dup3(s->cch->fd, s->fd, (flags & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0)
+		return;
+	/* The epoll set is gone; the socket's number is its channel's now.
+	 * Were renumbering refused, both numbers would name the channel,
+	 * which still works: one descriptor is merely not saved. */
+	old = s->cch->fd;
+	if (ferry_comp_channel_renumber(s->cch, s->fd) == 0) {
+		close(old);
+		s->fd_is_cch = true;
+	}
 }
 
 
@@ -275,6 +299,7 @@ int ferry_sock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int fl
 	atomic_store(&ns->nonblock, !!(flags & SOCK_NONBLOCK));
 	if (!(flags & SOCK_CLOEXEC))
 		fcntl(ns->fd, F_SETFD, 0);
+	sock_fd_merge(ns);	/* before the application knows the number */
 	if (sock_table_set(ns->fd, ns) < 0) {
 		int e = errno;
 
@@ -376,8 +401,10 @@ int ferry_sock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	pthread_mutex_unlock(&s->cm_lock);
 	/* What the peer sent while we waited was taken without credits in
 	 * return (sock_give_credits waits for ESTABLISHED): return them now. */
-	if (ret == 0)
+	if (ret == 0) {
+		sock_fd_merge(s);
 		sock_give_credits(s, false);
+	}
 	return ret;
 }
 

@@ -99,10 +99,10 @@ void sock_wait_drain(struct ferry_sock *s)
 	void *ctx;
 
 	atomic_fetch_add(&s->drain_gen, 1);
-	if (s->cch) {
-		while (ferry_cq_event_poll(s->cch, &cq, &ctx) == 0)
-			ferry_ack_cq_events(cq, 1);
-	}
+	/* One event: an arm raises one.  Anything more keeps the fd readable
+	 * and is taken on the next round, which does not sleep. */
+	if (s->cch && ferry_cq_event_poll(s->cch, &cq, &ctx) == 0)
+		ferry_ack_cq_events(cq, 1);
 	if (s->chan && s->chan_in_epoll && pthread_mutex_trylock(&s->cm_lock) == 0) {
 		sock_conn_process(s);
 		pthread_mutex_unlock(&s->cm_lock);
