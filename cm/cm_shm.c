@@ -27,8 +27,9 @@
  * CM reads the request alone and leaves the HELLO queued for the exchange
  * that ferry_accept runs, so until then it watches a request's socket for
  * hang-up only.  After the exchange the socket belongs to the shm provider
- * as much as to us: it keeps a duplicate, watches it for hang-up and may
- * read BLOCK messages from it.  So from then on the CM never reads it: it
+ * as much as to us: it holds the same descriptor (ferry_fd_hold: whichever
+ * of us lets go last closes it), watches it for hang-up and may read BLOCK
+ * messages from it.  So from then on the CM never reads it: it
  * only watches it for EV_CLOSED (EPOLLRDHUP), and shutdown()s it to
  * disconnect, which both providers' monitors and both CMs see.
  */
@@ -157,7 +158,7 @@ int shm_cm_socket(void)
 
 /*
  * Close the connection socket.  shutdown() first: after the QP exchange the
- * shm provider holds a duplicate, and the peer must see the hang-up now.
+ * shm provider holds it as well, and the peer must see the hang-up now.
  * Then drop what we never read (a client's HELLO, when we reject it): a
  * socket closed with records unread makes the peer's next receive fail
  * with ECONNRESET even before the records still queued for it, our REJECT
@@ -177,7 +178,7 @@ void shm_cm_close_sock(struct shm_cm_id *st)
 		while (recv(st->sock, junk, sizeof(junk), MSG_DONTWAIT) > 0)
 			;	/* descriptors that came along are closed by the kernel */
 	}
-	close(st->sock);
+	ferry_fd_close(st->sock);	/* the provider may hold it too */
 	st->sock = -1;
 }
 

@@ -322,7 +322,10 @@ int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
 	uint32_t peer_qpn;
 	int e;
 
-	if (ferry_qp_exchange(id->id.qp, st->sock, &peer_qpn) < 0) {
+	/* In two halves, so that the provider holds our socket rather than a
+	 * copy of it (one descriptor per connection less). */
+	if (ferry_qp_exchange_begin(id->id.qp, st->sock) < 0 ||
+	    ferry_qp_exchange_end(id->id.qp, &peer_qpn) < 0) {
 		ferry_info("cm: QP exchange with the client: %m");
 		goto err_close;
 	}

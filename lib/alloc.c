@@ -12,6 +12,9 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -64,6 +67,67 @@ int ferry_fd_park(int fd)
 		return fd;	/* no room up there: stay */
 	close(fd);
 	return high;
+}
+
+/*
+ * Descriptors held by two parts of ferry at once (the CM and the shm
+ * provider share a connection's AF_UNIX socket): a count per fd number,
+ * 0 for one holder.  Lock-free, so a child of fork() finds it usable
+ * whatever the parent's threads were doing: pages of counts are made
+ * with a compare-and-swap.
+ */
+#define FD_REF_PAGE	1024
+#define FD_REF_PAGES	1024		/* fds below 1 Mi */
+static _Atomic(_Atomic uint16_t *) fd_refs[FD_REF_PAGES];
+
+static _Atomic uint16_t *fd_ref(int fd, bool make)
+{
+	_Atomic uint16_t *page, *none = NULL;
+	int i = fd / FD_REF_PAGE;
+
+	if (fd < 0 || i >= FD_REF_PAGES)
+		return NULL;
+	page = atomic_load_explicit(&fd_refs[i], memory_order_acquire);
+	if (!page && make) {
+		page = calloc(FD_REF_PAGE, sizeof(*page));
+		if (page && !atomic_compare_exchange_strong(&fd_refs[i], &none, page)) {
+			free(page);
+			page = none;
+		}
+	}
+	return page ? &page[fd % FD_REF_PAGE] : NULL;
+}
+
+int ferry_fd_hold(int fd)
+{
+	_Atomic uint16_t *r = fd_ref(fd, true);
+	uint16_t c;
+
+	if (!r)
+		return ferry_fd_dup(fd);	/* a copy of its own, then */
+	c = atomic_load(r);
+	do {
+		if (c == UINT16_MAX)
+			return ferry_fd_dup(fd);
+	} while (!atomic_compare_exchange_weak(r, &c, c ? c + 1 : 2));
+	return fd;
+}
+
+int ferry_fd_close(int fd)
+{
+	_Atomic uint16_t *r = fd_ref(fd, false);
+	uint16_t c;
+
+	if (fd < 0)
+		return ERR(EBADF);
+	if (r) {
+		c = atomic_load(r);
+		while (c) {
+			if (atomic_compare_exchange_weak(r, &c, c == 2 ? 0 : c - 1))
+				return 0;	/* another holder keeps it */
+		}
+	}
+	return close(fd);
 }
 
 int ferry_memfd_create(const char *name, size_t size)

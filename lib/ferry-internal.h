@@ -112,6 +112,8 @@ struct ferry_provider {
 	 * early (the CM's shm transport, right behind its request):
 	 * qp_exchange_begin sends what needs nothing from the peer,
 	 * qp_exchange_end the rest.  ENOTSUP where there is no such split.
+	 * The provider may hold @sock itself (ferry_fd_hold) instead of a
+	 * copy: the caller then closes it with ferry_fd_close.
 	 */
 	int (*qp_exchange_begin)(struct ferry_qp *qp, int sock);
 	int (*qp_exchange_end)(struct ferry_qp *qp, uint32_t *peer_qpn);
@@ -277,6 +279,15 @@ void ferry_fork_child(void);
 extern int ferry_fd_park_base;
 int ferry_fd_park(int fd);
 int ferry_fd_dup(int fd);
+/*
+ * ferry_fd_hold - a second (third, ...) part of ferry holds @fd: returns
+ * @fd, or a duplicate where it cannot count (-1: none).  ferry_fd_close -
+ * one holder lets go: the fd is closed when the last one does.  Every
+ * holder of such an fd closes it with ferry_fd_close, never close(2).
+ * So the CM and the shm provider share one descriptor of a connection.
+ */
+int ferry_fd_hold(int fd);
+int ferry_fd_close(int fd);
 
 /* --- cm/cm_event.c: for the socket layer --- */
 

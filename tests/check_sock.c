@@ -1376,7 +1376,7 @@ END_TEST
  * shm; see the list atop sock-internal.h): the ring's memfd is not among
  * them once the connection is up, the peer has mapped it.
  */
-#define TS_IDLE_PAIR_FDS	7	/* client's (non-blocking: 4) and accepted end's (3) */
+#define TS_IDLE_PAIR_FDS	5	/* client's (non-blocking: 3) and accepted end's (2) */
 #define TS_IDLE_PAIRS		8
 
 START_TEST(test_idle_descriptors)

@@ -507,7 +507,7 @@ void shm_conn_destroy(struct shm_conn *conn)
 	uint32_t i;
 
 	if (conn->sock >= 0)
-		close(conn->sock);
+		ferry_fd_close(conn->sock);
 	shm_fd_unshare(conn->peer_kick_efd);
 	shm_unmap(conn->peer_region_map);
 	shm_unmap(conn->peer_table_map);
@@ -557,7 +557,7 @@ static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
  * it early, ahead of the peer's first word (the CM sends it right after
  * its connection request).  The connection waits in qp->xconn.
  */
-int shm_qp_exchange_begin(struct ferry_qp *fqp, int sock)
+static int shm_qp_exchange_start(struct ferry_qp *fqp, int sock, bool share)
 {
 	struct shm_qp *qp = to_sqp(fqp);
 	struct shm_conn *conn;
@@ -568,7 +568,9 @@ int shm_qp_exchange_begin(struct ferry_qp *fqp, int sock)
 	if (!conn)
 		return -1;
 	conn->peer_kick_efd = -1;
-	conn->sock = ferry_fd_dup(sock);
+	/* The CM's socket is held by both of us, one descriptor for two; an
+	 * application's (ferry_qp_exchange) is copied, its to close. */
+	conn->sock = share ? ferry_fd_hold(sock) : ferry_fd_dup(sock);
 	if (conn->sock < 0)
 		goto err_free;
 
@@ -642,9 +644,14 @@ err_free:
 	return -1;
 }
 
+int shm_qp_exchange_begin(struct ferry_qp *fqp, int sock)
+{
+	return shm_qp_exchange_start(fqp, sock, true);
+}
+
 int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 {
-	if (shm_qp_exchange_begin(fqp, sock) < 0)
+	if (shm_qp_exchange_start(fqp, sock, false) < 0)
 		return -1;
 	return shm_qp_exchange_end(fqp, peer_qpn_p);
 }
