@@ -19,6 +19,14 @@
 
 struct shm_watch {
 	struct shm_qp *qp;
+	/*
+	 * What the epoll item of the QP's socket carries: a number never
+	 * used twice, not the QP's address.  An event epoll_wait returned
+	 * can be looked at after its QP was freed and another one made at
+	 * the same address: by address, that fresh connection was taken for
+	 * the hung-up one and moved to ERR.
+	 */
+	uint64_t hup_id;
 	int pins;		/* the monitor is using qp: don't free it */
 	struct shm_watch *next;
 };
@@ -30,7 +38,8 @@ static struct {
 	int epfd;
 	int kick_efd;
 	struct shm_watch *watches;	/* QPs with a connection or RNR wait */
-} mon = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, -1, -1, NULL };
+	uint64_t last_hup_id;
+} mon = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, -1, -1, NULL, 0 };
 
 /* Timer values of min_rnr_timer's IB encoding, in microseconds. */
 static const uint32_t shm_rnr_us[32] = {
@@ -50,6 +59,16 @@ static struct shm_watch *shm_watch_find(struct shm_qp *qp)
 
 	for (w = mon.watches; w; w = w->next)
 		if (w->qp == qp)
+			return w;
+	return NULL;
+}
+
+static struct shm_watch *shm_watch_find_hup(uint64_t id)
+{
+	struct shm_watch *w;
+
+	for (w = mon.watches; w; w = w->next)
+		if (w->hup_id == id)
 			return w;
 	return NULL;
 }
@@ -89,7 +108,7 @@ static void shm_monitor_register_atfork(void)
 /* Start the monitor in this process if needed; mon.lock held. */
 static int shm_monitor_start_locked(void)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };	/* the kick */
 	struct shm_watch *w;
 	pthread_attr_t attr;
 	pthread_t tid;
@@ -110,7 +129,7 @@ static int shm_monitor_start_locked(void)
 		goto err;
 	}
 	for (w = mon.watches; w; w = w->next) {
-		struct epoll_event wev = { .events = EPOLLRDHUP, .data.ptr = w->qp };
+		struct epoll_event wev = { .events = EPOLLRDHUP, .data.u64 = w->hup_id };
 
 		w->pins = 0;	/* the parent's thread held them */
 		if (w->qp->conn && w->qp->conn->watched &&
@@ -167,10 +186,12 @@ static struct shm_watch *shm_watch_get_locked(struct shm_qp *qp)
 
 void shm_monitor_watch(struct shm_qp *qp)
 {
-	struct epoll_event ev = { .events = EPOLLRDHUP, .data.ptr = qp };
+	struct epoll_event ev = { .events = EPOLLRDHUP };
+	struct shm_watch *w;
 
 	pthread_mutex_lock(&mon.lock);
-	if (shm_monitor_start_locked() == 0 && shm_watch_get_locked(qp) &&
+	if (shm_monitor_start_locked() == 0 && (w = shm_watch_get_locked(qp)) &&
+	    (ev.data.u64 = w->hup_id = ++mon.last_hup_id) &&
 	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, qp->conn->sock, &ev) == 0)
 		qp->conn->watched = true;
 	else
@@ -296,15 +317,16 @@ static void *shm_monitor_main(void *arg)
 		n = epoll_wait(mon.epfd, evs, 16, timeout);
 		pthread_mutex_lock(&mon.lock);
 		for (i = 0; i < n; i++) {
-			struct shm_qp *qp = evs[i].data.ptr;
 			struct shm_watch *w;
+			struct shm_qp *qp;
 
-			if (!qp) {
+			if (!evs[i].data.u64) {
 				kicked = read(mon.kick_efd, &count, sizeof(count)) > 0 || kicked;
 				continue;
 			}
-			w = shm_watch_find(qp);
-			if (!w || !qp->conn || !qp->conn->watched)
+			w = shm_watch_find_hup(evs[i].data.u64);
+			qp = w ? w->qp : NULL;
+			if (!qp || !qp->conn || !qp->conn->watched)
 				continue;
 			epoll_ctl(mon.epfd, EPOLL_CTL_DEL, qp->conn->sock, NULL);
 			qp->conn->watched = false;
