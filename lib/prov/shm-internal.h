@@ -425,7 +425,7 @@ struct shm_qp {
 
 	/* Receive queue (private half; the region holds the published half).
 	 * rq is a ring of rq_cap entries (heap), grown as more receives are
-	 * outstanding: an idle socket's 64 take 1.5 KiB, not a page. */
+	 * outstanding: an idle socket's 16 take 384 bytes, not a page. */
 	struct shm_rwqe *rq;
 	uint32_t rq_cap;
 	uint32_t rq_size;

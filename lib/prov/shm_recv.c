@@ -49,7 +49,7 @@ void shm_rq_publish(struct shm_qp *qp)
  */
 static int shm_rq_grow(struct shm_qp *qp)
 {
-	uint32_t cap = qp->rq_cap ? 2 * qp->rq_cap : 64;
+	uint32_t cap = qp->rq_cap ? 2 * qp->rq_cap : 16;
 	struct shm_rwqe *n;
 	uint64_t seq;
 

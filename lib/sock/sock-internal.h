@@ -135,10 +135,12 @@ struct sock_iomap {
  * half of them used doubles them, up to rq_size.  An idle connection so
  * posts few receives, and the provider's receive queue stays small (on
  * shm, 24 bytes a receive in a ring that grows by powers of two: these
- * and the RS_QP_CTRL_SIZE receives for control messages make 64, 1.5 KiB);
- * a busy one reaches rq_size within three grants.
+ * and the RS_QP_CTRL_SIZE receives for control messages make 16, 384
+ * bytes; 64 of them cost each idle end 2.2 KiB more, all told, the RQ
+ * entries of its region included); a busy one reaches rq_size within five
+ * grants.
  */
-#define SOCK_FIRST_CREDITS	(64 - RS_QP_CTRL_SIZE)
+#define SOCK_FIRST_CREDITS	(16 - RS_QP_CTRL_SIZE)
 #define SOCK_DEF_INLINE		64
 #define SOCK_DEF_POLL_US	10
 #define SOCK_CM_TIMEOUT_MS	5000
