@@ -10,7 +10,8 @@
  *   - a PD's *MR table* is written by its owner and read by peers, who look
  *     up rkeys there;
  *   - a CQ's *notify word* is written by its owner (arm / disarm) and read by
- *     peers that decide whether to signal the CQ's eventfd.
+ *     peers that decide whether to wake the CQ (a datagram to its wake
+ *     socket's name, shm_wake.c).
  *
  * MR tables, notify words and regions are pieces of the process's arena
  * (shm_arena.c: a few large memfds, mapped once per peer process).  They are
@@ -28,7 +29,8 @@
  * own DQ ring.  The receiver turns deliveries into completions in
  * ferry_poll_cq().  A send that finds no posted receive waits per the RNR
  * rules: the monitor thread retries it after the peer's RNR timer, or at once
- * when the peer posts a receive and kicks the monitor's eventfd.
+ * when the peer posts a receive and kicks the monitor (a datagram to its
+ * socket's name).
  *
  * The monitor thread (one per process, started lazily) also watches every
  * connection's AF_UNIX socket for hang-up: a dead peer moves its QPs to ERR
@@ -165,7 +167,7 @@ struct shm_wake_name {
 
 enum shm_msg_type {
 	SHM_MSG_HELLO = 1,	/* fds: segments of the MR table and of the recv CQ's
-				 * notify word, kick eventfd */
+				 * notify word */
 	SHM_MSG_REGION = 2,	/* fds: the region's segment */
 	SHM_MSG_BLOCK = 3,	/* fds: one ferry_alloc block */
 	SHM_MSG_TABLE = 4,	/* fds: segment of the PD's overflow MR table */
@@ -181,14 +183,14 @@ struct shm_msg {
 	uint32_t rq_sge;	/* HELLO */
 	uint32_t table_entries;	/* HELLO: slots of the MR table */
 	struct shm_wake_name wake;	/* HELLO: the recv CQ's wake socket */
-	uint32_t pad;
+	struct shm_wake_name kick;	/* HELLO: the monitor's, for RNR */
 	uint64_t value;		/* REGION: region size; BLOCK: block id */
 	/* Where in the segments passed with it: HELLO: MR table, notify word;
 	 * REGION: the region. */
 	uint64_t off[2];
 };
 
-#define SHM_HELLO_FDS	3
+#define SHM_HELLO_FDS	2
 
 /* --- mappings of peers' files, shared by every connection to them --- */
 
@@ -251,12 +253,6 @@ void shm_arena_put(struct shm_piece *p, size_t dirty);
 void shm_zero_range(uint8_t *addr, size_t len);
 struct shm_mapping *shm_arena_map_peer(int fd, uint64_t off, uint64_t size, const void **addr_p);
 
-/*
- * A descriptor shared by every connection that received a copy of the same
- * file (the monitor eventfd of one peer process): kept once.
- */
-int shm_fd_share(int fd);	/* takes @fd; returns the kept one, or -1 */
-void shm_fd_unshare(int fd);
 
 /* --- private objects --- */
 
@@ -380,7 +376,7 @@ struct shm_conn {
 	const struct shm_mr_entry *peer_xtable;
 	const struct shm_notify *peer_notify;
 	struct shm_wake_name peer_wake;	/* the peer's recv CQ's wake socket */
-	int peer_kick_efd;		/* wakes the peer's monitor (RNR): shm_fd_share */
+	struct shm_wake_name peer_kick;	/* wakes the peer's monitor (RNR) */
 	uint64_t last_signalled_gen;
 	struct shm_peer_block {
 		uint64_t id;
@@ -502,7 +498,8 @@ void shm_monitor_watch(struct shm_qp *qp);
  * once the peer has closed its end.
  */
 void shm_monitor_retire(int sock, struct shm_piece *piece, size_t dirty);
-int shm_monitor_kick_fd(void);
+/* The name peers kick this process's monitor by (started if need be). */
+int shm_monitor_kick_name(struct shm_wake_name *name);
 int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size);
 /*
  * shm_region_release - the QP lets go of its region, and of @conn (may be

@@ -148,69 +148,6 @@ void shm_unmap(struct shm_mapping *m)
 	}
 }
 
-static struct shm_shared_fd {
-	int fd;
-	dev_t dev;
-	ino_t ino;
-	int refs;
-	struct shm_shared_fd *next;
-} *shared_fds;
-
-int shm_fd_share(int fd)
-{
-	struct shm_shared_fd *f;
-	struct stat st;
-
-	if (fstat(fd, &st) < 0) {
-		close(fd);
-		return -1;
-	}
-	pthread_mutex_lock(&maps_lock);
-	for (f = shared_fds; f; f = f->next) {
-		if (f->dev == st.st_dev && f->ino == st.st_ino) {
-			f->refs++;
-			pthread_mutex_unlock(&maps_lock);
-			close(fd);
-			return f->fd;
-		}
-	}
-	f = malloc(sizeof(*f));
-	if (f) {
-		f->fd = fd;
-		f->dev = st.st_dev;
-		f->ino = st.st_ino;
-		f->refs = 1;
-		f->next = shared_fds;
-		shared_fds = f;
-	}
-	pthread_mutex_unlock(&maps_lock);
-	if (!f) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-void shm_fd_unshare(int fd)
-{
-	struct shm_shared_fd **pp, *f;
-
-	if (fd < 0)
-		return;
-	pthread_mutex_lock(&maps_lock);
-	for (pp = &shared_fds; (f = *pp); pp = &f->next) {
-		if (f->fd == fd) {
-			if (--f->refs == 0) {
-				*pp = f->next;
-				close(fd);
-				free(f);
-			}
-			break;
-		}
-	}
-	pthread_mutex_unlock(&maps_lock);
-}
-
 /* --- device and context --- */
 
 static struct ferry_device shm_device = {

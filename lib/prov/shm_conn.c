@@ -8,7 +8,8 @@
  *
  *   HELLO   qp_num, psn, rq depth and SGEs, the name of the recv CQ's
  *           wake socket (shm_wake.c);        fds: MR table (read-only),
- *           recv CQ notify word (read-only), monitor kick
+ *           recv CQ notify word (read-only); the names of the recv CQ's
+ *           and the monitor's wake sockets (shm_wake.c)
  *   BLOCK   block id;                        fd: a ferry_alloc block
  *   REGION  region size;                     fd: the region (read-only)
  *
@@ -342,7 +343,8 @@ static bool shm_hello_ok(const struct shm_msg *m)
 	       m->rq_sge >= 1 && m->rq_sge <= SHM_MAX_SGE &&
 	       m->table_entries >= SHM_MR_TABLE_MIN && m->table_entries <= SHM_MR_TABLE_ENTRIES &&
 	       (m->table_entries & (m->table_entries - 1)) == 0 &&
-	       m->qp_num != 0 && m->qp_num <= 0xffffff && shm_wake_name_ok(&m->wake);
+	       m->qp_num != 0 && m->qp_num <= 0xffffff && shm_wake_name_ok(&m->wake) &&
+	       shm_wake_name_ok(&m->kick);
 }
 
 /*
@@ -371,11 +373,11 @@ static int shm_hello_send(struct shm_qp *qp, struct shm_conn *conn)
 {
 	struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
 	struct shm_msg m = { .type = SHM_MSG_HELLO };
-	int kick = shm_monitor_kick_fd();
-	struct shm_pd *spd = to_spd(qp->qp.pd);
-	int fds[SHM_HELLO_FDS] = { spd->table_piece.seg->fd, rcq->notify_piece.seg->fd, kick };
 
-	if (kick < 0)
+	struct shm_pd *spd = to_spd(qp->qp.pd);
+	int fds[SHM_HELLO_FDS] = { spd->table_piece.seg->fd, rcq->notify_piece.seg->fd };
+
+	if (shm_monitor_kick_name(&m.kick) < 0)
 		return -1;
 	m.off[0] = spd->table_piece.off;
 	m.table_entries = spd->table_entries;
@@ -426,11 +428,11 @@ static int shm_hello_recv(struct shm_conn *conn)
 	conn->peer_notify_map = shm_arena_map_peer(pfds[1], m.off[1], sizeof(struct shm_notify),
 						   (const void **)&conn->peer_notify);
 	conn->peer_wake = m.wake;
-	/* One peer process, one monitor eventfd: its connections share a copy. */
-	conn->peer_kick_efd = shm_fd_share(pfds[2]);
+	conn->peer_kick = m.kick;
+
 	close(pfds[0]);
 	close(pfds[1]);
-	if (!conn->peer_table_map || !conn->peer_notify_map || conn->peer_kick_efd < 0)
+	if (!conn->peer_table_map || !conn->peer_notify_map)
 		return ERR(EPROTO);
 	return 0;
 }
@@ -508,7 +510,6 @@ void shm_conn_destroy(struct shm_conn *conn)
 
 	if (conn->sock >= 0)
 		ferry_fd_close(conn->sock);
-	shm_fd_unshare(conn->peer_kick_efd);
 	shm_unmap(conn->peer_region_map);
 	shm_unmap(conn->peer_table_map);
 	shm_unmap(conn->peer_xtable_map);
@@ -567,7 +568,6 @@ static int shm_qp_exchange_start(struct ferry_qp *fqp, int sock, bool share)
 	conn = calloc(1, sizeof(*conn));
 	if (!conn)
 		return -1;
-	conn->peer_kick_efd = -1;
 	/* The CM's socket is held by both of us, one descriptor for two; an
 	 * application's (ferry_qp_exchange) is copied, its to close. */
 	conn->sock = share ? ferry_fd_hold(sock) : ferry_fd_dup(sock);

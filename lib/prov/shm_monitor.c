@@ -3,7 +3,7 @@
  * it watches every connection's AF_UNIX socket for hang-up (the peer died
  * or destroyed its QP: move ours to ERR within milliseconds) and retries
  * sends that wait for a receive (RNR) when their timer expires or when the
- * peer kicks the monitor's eventfd after posting a receive.
+ * peer kicks the monitor's socket (by name) after posting a receive.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -12,7 +12,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "shm-internal.h"
@@ -36,10 +35,16 @@ static struct {
 	pthread_cond_t unpinned;
 	pid_t pid;		/* process that started it: restart after fork */
 	int epfd;
-	int kick_efd;
+	int kick_fd;			/* a wake socket (shm_wake.c): peers kick by name */
+	struct shm_wake_name kick_name;
 	struct shm_watch *watches;	/* QPs with a connection or RNR wait */
 	uint64_t last_hup_id;
-} mon = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, -1, -1, NULL, 0 };
+} mon = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.unpinned = PTHREAD_COND_INITIALIZER,
+	.epfd = -1,
+	.kick_fd = -1,
+};
 
 /* Timer values of min_rnr_timer's IB encoding, in microseconds. */
 static const uint32_t shm_rnr_us[32] = {
@@ -120,11 +125,11 @@ static int shm_monitor_start_locked(void)
 	pthread_once(&shm_atfork_once, shm_monitor_register_atfork);
 	/* After fork the child has the parent's fds but no thread: begin anew,
 	 * watching the QPs it inherited (their connections may live on here).
-	 * The parent's kick eventfd stays open: its peers may hold it. */
+	 * The parent's kick socket stays open: peers still kick it by name. */
 	mon.epfd = ferry_fd_park(epoll_create1(EPOLL_CLOEXEC));
-	mon.kick_efd = ferry_fd_park(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-	if (mon.epfd < 0 || mon.kick_efd < 0 ||
-	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, mon.kick_efd, &ev) < 0) {
+	mon.kick_fd = shm_wake_socket(&mon.kick_name);
+	if (mon.epfd < 0 || mon.kick_fd < 0 ||
+	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, mon.kick_fd, &ev) < 0) {
 		ferry_err("starting the shm monitor: %m");
 		goto err;
 	}
@@ -153,20 +158,22 @@ static int shm_monitor_start_locked(void)
 err:
 	if (mon.epfd >= 0)
 		close(mon.epfd);
-	if (mon.kick_efd >= 0)
-		close(mon.kick_efd);
-	mon.epfd = mon.kick_efd = -1;
+	if (mon.kick_fd >= 0)
+		close(mon.kick_fd);
+	mon.epfd = mon.kick_fd = -1;
 	return -1;
 }
 
-int shm_monitor_kick_fd(void)
+int shm_monitor_kick_name(struct shm_wake_name *name)
 {
-	int fd;
+	int ret;
 
 	pthread_mutex_lock(&mon.lock);
-	fd = shm_monitor_start_locked() < 0 ? -1 : mon.kick_efd;
+	ret = shm_monitor_start_locked();
+	if (ret == 0)
+		*name = mon.kick_name;
 	pthread_mutex_unlock(&mon.lock);
-	return fd;
+	return ret;
 }
 
 static struct shm_watch *shm_watch_get_locked(struct shm_qp *qp)
@@ -202,15 +209,12 @@ void shm_monitor_watch(struct shm_qp *qp)
 /* The WR at the head of @qp's SQ waits for a receive; sq_lock held. */
 void shm_monitor_rnr(struct shm_qp *qp)
 {
-	uint64_t one = 1;
-
 	pthread_mutex_lock(&mon.lock);
 	if (shm_monitor_start_locked() == 0 && shm_watch_get_locked(qp))
 		qp->in_rnr_list = true;
 	pthread_mutex_unlock(&mon.lock);
 	/* Let the monitor recompute its sleep. */
-	if (write(mon.kick_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		ferry_warn("waking the shm monitor: %m");
+	shm_wake(&mon.kick_name);
 }
 
 /*
@@ -301,7 +305,7 @@ static uint64_t shm_monitor_rnr_pass(bool kicked)
 static void *shm_monitor_main(void *arg)
 {
 	struct epoll_event evs[16];
-	uint64_t next = UINT64_MAX, count;
+	uint64_t next = UINT64_MAX;
 	int n, i, timeout;
 
 	for (;;) {
@@ -321,7 +325,8 @@ static void *shm_monitor_main(void *arg)
 			struct shm_qp *qp;
 
 			if (!evs[i].data.u64) {
-				kicked = read(mon.kick_efd, &count, sizeof(count)) > 0 || kicked;
+				while (shm_wake_drain(mon.kick_fd))
+					kicked = true;
 				continue;
 			}
 			w = shm_watch_find_hup(evs[i].data.u64);

@@ -113,7 +113,6 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
 {
 	struct shm_qp *qp = to_sqp(fqp);
 	enum ferry_qp_state state;
-	uint64_t one = 1;
 	int err = 0;
 
 	ferry_lock(&qp->rq_lock);
@@ -134,10 +133,9 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
 		/* A sender waiting for a receive sleeps until kicked: pairs with
 		 * the fence in shm_sq_rnr. */
 		atomic_thread_fence(memory_order_seq_cst);
-		if (conn && atomic_load_explicit(&conn->peer_region
-						 ->rnr_wait, memory_order_relaxed) &&
-		    write(conn->peer_kick_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			ferry_debug("kicking the peer's monitor: %m");
+		if (conn && atomic_load_explicit(&conn->peer_region->rnr_wait,
+						 memory_order_relaxed))
+			shm_wake(&conn->peer_kick);
 	}
 	ferry_unlock(&qp->rq_lock);
 	if (state == FERRY_QPS_ERR) {

@@ -16,23 +16,29 @@
  * with the application's other fds, and it exists before the transport (and
  * so the device and completion channel) is known, which only address
  * resolution decides.  Its number is a real kernel fd: lowest-free rule, no
- * collisions.
+ * collisions.  Once connected on shm, a socket from accept or from a
+ * blocking connect has nothing left in the set but its completion channel,
+ * and becomes that channel (sock_fd_merge): the CQ's wake socket moves onto
+ * the socket's number and the set goes.
  *
- * File descriptors of one shm connection (5 at each end): the socket's
- * epoll fd; the completion channel, which is the CQ's eventfd itself
- * (ferry_create_comp_channel_single); the AF_UNIX connection twice (the
- * CM's and the provider's dup); the eventfd of the peer's CQ.  A client's
- * own CM event channel goes once it is connected (its id moves to the
- * process's sink channel, sock_conn_park); accepted sockets share the
- * listener's.  The ring's ferry_alloc memfd is closed once the connection
- * is up (ferry_block_drop_fd: the peer has mapped it).  The MR table and
- * the notify word are pieces of the process's arena and the peer's
- * monitor eventfd is kept once per peer process (prov/shm).  A process's
- * hard limit of 20000 fds therefore holds about 4,000 idle connections,
- * not 10,000: that needs one descriptor per connection -- the
- * connection's AF_UNIX end as the socket's fd, carrying the peer's
- * wake-ups (a datagram instead of an eventfd write) and its hang-up, and
- * one AF_UNIX descriptor shared by CM and provider.
+ * File descriptors of one shm connection: 2 at each end -- the socket's
+ * number, which is its CQ's wake socket (an AF_UNIX datagram socket peers
+ * wake by its abstract name, prov/shm_wake.c: they hold no descriptor of
+ * ours), and the AF_UNIX connection to the peer, one descriptor that the CM
+ * and the provider hold together (ferry_fd_hold).  A non-blocking connect
+ * keeps its epoll set as well (3).  A client's own CM event channel goes
+ * once it is connected (its id moves to the process's sink channel,
+ * sock_conn_park); accepted sockets share the listener's.  The ring's
+ * ferry_alloc memfd is closed once the connection is up
+ * (ferry_block_drop_fd: the peer has mapped it).  The MR table, the notify
+ * word and the QP region are pieces of the process's arena, and the
+ * peer's monitor eventfd is kept once per peer process (prov/shm).  A
+ * process's hard limit of 20000 fds therefore holds about 9,990 idle
+ * connections; 10,000 would need one descriptor per connection: the
+ * connection's AF_UNIX end as the socket's number, carrying the peer's
+ * wake-ups as well as its hang-up, which leaves the wake-ups made in this
+ * process (flushes, the monitor's completions) and the reads of the
+ * provider's announcements on the same socket to be solved.
  *
  * Locks (always taken in this order, each one optional):
  *   slock  - one sender at a time: the send ring, the current target SGE;
