@@ -311,7 +311,12 @@ struct ferry_sock {
 struct ferry_sock *sock_get(int fd);	/* NULL + EBADF / ENOTSOCK */
 int sock_table_set(int fd, struct ferry_sock *s);
 void sock_table_clear(int fd);
-struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec);
+/*
+ * sock_new - a socket named by a fresh epoll set, or @bare: by nothing
+ * yet (fd -1), for one that will be shm-connected before anyone sees it
+ * (accepted, spares): accept gives it its channel's number then.
+ */
+struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec, bool bare);
 void sock_free(struct ferry_sock *s);
 int sock_epoll_add(struct ferry_sock *s, int fd);
 /*

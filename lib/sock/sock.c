@@ -85,8 +85,8 @@ int sock_epoll_add(struct ferry_sock *s, int fd)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
 
-	if (s->fd_is_cch)
-		return ERR(EINVAL);	/* no set any more (sock_fd_merge) */
+	if (s->fd_is_cch || s->fd < 0)
+		return s->fd < 0 ? 0 : ERR(EINVAL);	/* no set (sock_fd_merge, bare) */
 	if (epoll_ctl(s->fd, EPOLL_CTL_ADD, fd, &ev) < 0 && errno != EEXIST) {
 		ferry_warn("sock %d: adding fd %d to its epoll set: %m", s->fd, fd);
 		return -1;
@@ -123,16 +123,37 @@ void sock_epoll_del(struct ferry_sock *s, int fd)
 {
 	/* A set another process holds too (sock_forget) must keep its
 	 * entries; one about to be closed loses them anyway. */
-	if (s->detached || s->freeing || s->fd_is_cch)
+	if (s->detached || s->freeing || s->fd_is_cch || s->fd < 0)
 		return;
 	epoll_ctl(s->fd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+/* A bare socket (no epoll set) gets its number: its channel's, moved low. */
+static int sock_fd_give(struct ferry_sock *s, bool cloexec)
+{
+	int old = s->cch->fd;
+	int fd = fcntl(old, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
+
+	if (fd < 0)
+		return -1;
+	if (ferry_comp_channel_renumber(s->cch, fd) < 0) {
+		int e = errno;
+
+		close(fd);
+		return ERR(e);
+	}
+	close(old);
+	s->fd = fd;
+	s->fd_is_cch = true;
+	sock_stat_set_fd(s);
+	return 0;
 }
 
 void sock_fd_merge(struct ferry_sock *s)
 {
 	int old, flags;
 
-	if (s->fd_is_cch || !s->cch || s->chan_in_epoll || s->verbs_transport || s->detached ||
+	if (s->fd_is_cch || s->fd < 0 || !s->cch || s->chan_in_epoll || s->verbs_transport || s->detached ||
 	    !sock_is_connected(s))
 		return;
 	flags = fcntl(s->fd, F_GETFD);
@@ -149,14 +170,14 @@ void sock_fd_merge(struct ferry_sock *s)
 }
 
 
-struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec)
+struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec, bool bare)
 {
 	struct ferry_sock *s = calloc(1, sizeof(*s));
 
 	if (!s)
 		return NULL;
-	s->fd = epoll_create1(cloexec ? EPOLL_CLOEXEC : 0);
-	if (s->fd < 0) {
+	s->fd = bare ? -1 : epoll_create1(cloexec ? EPOLL_CLOEXEC : 0);
+	if (s->fd < 0 && !bare) {
 		free(s);
 		return NULL;
 	}
@@ -179,7 +200,8 @@ void sock_free(struct ferry_sock *s)
 	s->freeing = true;
 	sock_conn_teardown(s);
 	sock_stat_detach(s);
-	close(s->fd);
+	if (s->fd >= 0)
+		close(s->fd);
 	pthread_mutex_destroy(&s->cm_lock);
 	pthread_mutex_destroy(&s->slock);
 	pthread_mutex_destroy(&s->plock);
@@ -205,7 +227,7 @@ int ferry_socket(int domain, int type, int protocol)
 		return ERR(ESOCKTNOSUPPORT);
 	if (protocol != 0 && protocol != IPPROTO_TCP)
 		return ERR(EPROTONOSUPPORT);
-	s = sock_new(domain, type & SOCK_NONBLOCK, type & SOCK_CLOEXEC);
+	s = sock_new(domain, type & SOCK_NONBLOCK, type & SOCK_CLOEXEC, false);
 	if (!s)
 		return -1;
 	if (sock_table_set(s->fd, s) < 0) {
@@ -297,6 +319,12 @@ int ferry_sock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int fl
 			return -1;
 	}
 	atomic_store(&ns->nonblock, !!(flags & SOCK_NONBLOCK));
+	if (ns->fd < 0 && sock_fd_give(ns, flags & SOCK_CLOEXEC) < 0) {
+		int e = errno;
+
+		sock_free(ns);
+		return ERR(e);
+	}
 	if (!(flags & SOCK_CLOEXEC))
 		fcntl(ns->fd, F_SETFD, 0);
 	sock_fd_merge(ns);	/* before the application knows the number */

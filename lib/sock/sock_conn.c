@@ -214,6 +214,19 @@ static uint32_t pow2_at_least(uint32_t v)
 	return p;
 }
 
+static bool sock_ctx_is_verbs(const struct ferry_context *ctx)
+{
+	const char *tp = ctx ? ferry_get_device_transport(ctx->device) : NULL;
+
+	return tp && strcmp(tp, "verbs") == 0;
+}
+
+/* Will a socket connected on @ctx become its completion channel (accepted)? */
+static bool sock_ctx_merges(const struct ferry_context *ctx)
+{
+	return ctx && !sock_ctx_is_verbs(ctx);
+}
+
 /*
  * PD, completion channel, CQ, rings and their MRs on @ctx: everything but
  * the QP, which needs the CM id.  A listener's spare (see
@@ -221,14 +234,12 @@ static uint32_t pow2_at_least(uint32_t v)
  */
 static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 {
-	const char *tp;
 	size_t rlen;
 
 	if (s->pd)
 		return 0;
 	s->ctx = ctx;
-	tp = s->ctx ? ferry_get_device_transport(s->ctx->device) : NULL;
-	s->verbs_transport = tp && strcmp(tp, "verbs") == 0;
+	s->verbs_transport = sock_ctx_is_verbs(ctx);
 	/*
 	 * A PD of its own: on shm, a PD's remote-access memory is announced to
 	 * every peer connected through that PD, so one PD shared by all
@@ -319,7 +330,7 @@ static void sock_conn_connect_spare_make(const struct ferry_sock *s)
 
 	if (atomic_load(&sock_spare))
 		return;
-	sp = sock_new(s->domain, false, true);
+	sp = sock_new(s->domain, false, true, true);	/* a shell: its fd is never used */
 	if (!sp)
 		return;
 	sock_stat_detach(sp);	/* a spare is no socket of the application's */
@@ -671,7 +682,7 @@ static struct ferry_sock *sock_conn_new_accepted(struct ferry_sock *l,
 	}
 	if (s)
 		sock_free(s);	/* the options changed since */
-	s = sock_new(l->domain, false, true);
+	s = sock_new(l->domain, false, true, sock_ctx_merges(ctx));
 	if (s)
 		sock_conn_inherit(s, l);
 	return s;
@@ -687,7 +698,7 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 	}
 	if (l->spare || !l->req_ctx || l->state != SOCK_LISTENING)
 		return;
-	s = sock_new(l->domain, false, true);
+	s = sock_new(l->domain, false, true, sock_ctx_merges(l->req_ctx));
 	if (!s)
 		return;
 	sock_stat_detach(s);	/* not a socket of the application's yet */
