@@ -1316,6 +1316,70 @@ START_TEST(test_peer_gone_before_established)
 }
 END_TEST
 
+/* Connect to @port, send a byte, take it back, close; @n times.  0: all did. */
+static int ts_churn_client(uint16_t port, int n)
+{
+	struct sockaddr_in sin;
+
+	ts_addr(&sin, port);
+	for (int i = 0; i < n; i++) {
+		int fd = ferry_socket(AF_INET, SOCK_STREAM, 0);
+		char c = (char)i;
+
+		if (fd < 0 || ferry_sock_connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0 ||
+		    ferry_sock_send(fd, &c, 1, MSG_NOSIGNAL) != 1 ||
+		    ferry_sock_recv(fd, &c, 1, 0) != 1 || c != (char)i) {
+			fprintf(stderr, "test_connect_churn: connection %d: %s\n", i,
+				strerror(errno));
+			return 1;
+		}
+		ferry_sock_close(fd);
+	}
+	return 0;
+}
+
+/*
+ * Connections made and closed one after another between two processes, a
+ * byte each way (ferry-perf's connect test): every one works.  (The shm
+ * monitor once took a hang-up event of a closed connection for a fresh
+ * one whose QP had been allocated at the same address, and reset it:
+ * ferry-perf's connect test, its processes pinned to a CPU each and
+ * busy-polling, failed in about one run in five; this test, which is
+ * neither, did not catch it in ten runs.  tests/ferry-perf-connect.sh
+ * runs that one.)
+ */
+START_TEST(test_connect_churn)
+{
+	int n = tu_on_shm() ? 3000 : 10, l, status, failed = 0;
+	uint16_t port;
+	pid_t child;
+
+	l = ts_listen(&port);
+	child = tu_fork_quiet();
+	ck_assert_int_ge(child, 0);
+	if (child == 0)
+		_exit(ts_churn_client(port, n));
+	for (int i = 0; i < n && !failed; i++) {
+		int fd = ferry_sock_accept(l, NULL, NULL);
+		char x = 0;
+
+		if (fd < 0 || ferry_sock_recv(fd, &x, 1, 0) != 1 ||
+		    ferry_sock_send(fd, &x, 1, MSG_NOSIGNAL) != 1)
+			failed = i + 1;
+		if (fd >= 0)
+			ferry_sock_close(fd);
+	}
+	if (failed)
+		kill(child, SIGKILL);	/* it may wait for an answer */
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(!failed, "connection %d failed at the server: %s", failed - 1,
+		      strerror(errno));
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ferry_sock_close(l);
+}
+END_TEST
+
 /*
  * An idle connection sends nothing, not even the update that publishes
  * the second half of a ring (which waits for data into the first): the
@@ -1692,6 +1756,7 @@ Suite *sock_suite(void)
 	tc = tcase_create("early");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_peer_gone_before_established);
+	tcase_add_test(tc, test_connect_churn);
 	suite_add_tcase(s, tc);
 	return s;
 }
