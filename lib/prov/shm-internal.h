@@ -476,8 +476,8 @@ int shm_wake_socket(struct shm_wake_name *name);
 bool shm_wake_name_ok(const struct shm_wake_name *name);
 /* Make the CQ named @name poll readable. */
 void shm_wake(const struct shm_wake_name *name);
-/* Take a wake-up queued at @fd; true if there was one. */
-bool shm_wake_drain(int fd);
+/* Take a wake-up queued at @fd: 1, 0 if none (EAGAIN), -1 + errno. */
+int shm_wake_drain(int fd);
 
 /* shm_conn.c: exchange, announcements, monitor */
 int shm_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qpn_p);

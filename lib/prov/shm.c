@@ -609,8 +609,12 @@ static int shm_cq_event_single(struct shm_channel *sch, struct shm_cq **scq_p, b
 	struct pollfd pfd = { .fd = sch->ch.fd, .events = POLLIN };
 
 	for (;;) {
-		if (shm_wake_drain(sch->ch.fd))
+		int got = shm_wake_drain(sch->ch.fd);
+
+		if (got > 0)
 			break;
+		if (got < 0)
+			return -1;
 		/* O_NONBLOCK unless the application took it off */
 		if (nowait || (fcntl(sch->ch.fd, F_GETFL) & O_NONBLOCK))
 			return ERR(EAGAIN);
@@ -680,7 +684,7 @@ static int shm_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p, b
 		if (n == 0)
 			return ERR(EAGAIN);
 		scq = ev.data.ptr;
-		if (shm_wake_drain(scq->efd))
+		if (shm_wake_drain(scq->efd) > 0)
 			break;
 		/* Another thread took this event: wait for the next one. */
 	}

@@ -14,7 +14,8 @@
  * queued at a receiver is charged to the sending socket until it is read,
  * so when many receivers hold unread wake-ups the sender's buffer can be
  * full while the receiver it aims at has none queued; that send goes
- * again from a socket made for it.  A receiver whose queue is full
+ * again from a socket made for it (which a process out of descriptors
+ * cannot make: the sender's buffer is made large to keep that far off).  A receiver whose queue is full
  * (net.unix.max_dgram_qlen) is readable already: nothing is lost.
  *
  * Anyone on the host may send to an abstract name.  What a wake-up says is
@@ -34,6 +35,8 @@
 
 #include "shm-internal.h"
 
+#define SHM_WAKE_SNDBUF	(16 << 20)
+
 static atomic_int shm_wake_sender = -1;
 
 static int shm_wake_dgram(void)
@@ -50,6 +53,13 @@ static int shm_wake_sender_get(void)
 	fd = ferry_fd_park(shm_wake_dgram());
 	if (fd < 0)
 		return -1;
+	/* Room for many unread wake-ups (each holds some 700 bytes of the
+	 * sender's buffer until it is read): beyond the default's few
+	 * hundred where the limit lets us (root), to net.core.wmem_max
+	 * elsewhere. */
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &(int){ SHM_WAKE_SNDBUF },
+		       sizeof(int)) < 0)
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){ SHM_WAKE_SNDBUF }, sizeof(int));
 	if (!atomic_compare_exchange_strong(&shm_wake_sender, &none, fd)) {
 		close(fd);	/* another thread's came first */
 		fd = none;
@@ -140,7 +150,7 @@ void shm_wake(const struct shm_wake_name *name)
 	close(fd);
 }
 
-bool shm_wake_drain(int fd)
+int shm_wake_drain(int fd)
 {
 	char buf[16];
 	ssize_t n;
@@ -151,5 +161,7 @@ bool shm_wake_drain(int fd)
 	do
 		n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
 	while (n < 0 && errno == EINTR);
-	return n >= 0;
+	if (n >= 0)
+		return 1;
+	return errno == EAGAIN ? 0 : -1;
 }

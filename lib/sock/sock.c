@@ -153,8 +153,8 @@ void sock_fd_merge(struct ferry_sock *s)
 {
 	int old, flags;
 
-	if (s->fd_is_cch || s->fd < 0 || !s->cch || s->chan_in_epoll || s->verbs_transport || s->detached ||
-	    !sock_is_connected(s))
+	if (s->fd_is_cch || s->fd < 0 || !s->cch || s->chan_in_epoll || s->verbs_transport ||
+	    s->detached || !sock_is_connected(s))
 		return;
 	flags = fcntl(s->fd, F_GETFD);
 	if (flags < 0 || dup3(s->cch->fd, s->fd, (flags & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0)
@@ -168,7 +168,6 @@ void sock_fd_merge(struct ferry_sock *s)
 		s->fd_is_cch = true;
 	}
 }
-
 
 struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec, bool bare)
 {
@@ -327,7 +326,7 @@ int ferry_sock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int fl
 	}
 	if (!(flags & SOCK_CLOEXEC))
 		fcntl(ns->fd, F_SETFD, 0);
-	sock_fd_merge(ns);	/* before the application knows the number */
+	sock_fd_merge(ns);	/* (one not bare) before the application knows the number */
 	if (sock_table_set(ns->fd, ns) < 0) {
 		int e = errno;
 
