@@ -287,6 +287,23 @@ void ferry_fork_child(void)
 			core_providers[i]->fork_child();
 }
 
+int ferry_cq_sleep_prepare(struct ferry_cq *cq, struct ferry_cq_sleep *t)
+{
+	if (!cq->context->provider->cq_sleep_prepare)
+		return ERR(EOPNOTSUPP);
+	return cq->context->provider->cq_sleep_prepare(cq, t);
+}
+
+int ferry_cq_sleep(struct ferry_cq *cq, struct ferry_cq_sleep *t, int timeout_ms)
+{
+	return cq->context->provider->cq_sleep(cq, t, timeout_ms);
+}
+
+void ferry_cq_sleep_cancel(struct ferry_cq *cq)
+{
+	cq->context->provider->cq_sleep_cancel(cq);
+}
+
 void ferry_cq_disarm(struct ferry_cq *cq)
 {
 	if (cq && cq->context->provider->disarm_cq)

@@ -49,6 +49,8 @@ struct ferry_context {
  * The provider table.  Every entry is mandatory; an operation a provider
  * cannot do points at a function that fails with ENOTSUP.
  */
+struct ferry_cq_sleep;
+
 struct ferry_provider {
 	const char *name;	/* "shm", "verbs" */
 
@@ -70,6 +72,10 @@ struct ferry_provider {
 	void (*detach_cq)(struct ferry_cq *cq);
 	/* Optional: undo a ferry_req_notify_cq that has not fired yet. */
 	void (*disarm_cq)(struct ferry_cq *cq);
+	/* Optional: ferry_cq_sleep_prepare, ferry_cq_sleep, ferry_cq_sleep_cancel. */
+	int (*cq_sleep_prepare)(struct ferry_cq *cq, struct ferry_cq_sleep *t);
+	int (*cq_sleep)(struct ferry_cq *cq, struct ferry_cq_sleep *t, int timeout_ms);
+	void (*cq_sleep_cancel)(struct ferry_cq *cq);
 	/* Optional: in a child of fork, take up what the parent's threads did. */
 	void (*fork_child)(void);
 	struct ferry_mr *(*reg_mr)(struct ferry_pd *pd, void *addr, size_t len, int access);
@@ -228,6 +234,26 @@ int ferry_cq_event_poll(struct ferry_comp_channel *channel, struct ferry_cq **cq
  * (the arm fires once, as armed).
  */
 void ferry_cq_disarm(struct ferry_cq *cq);
+/*
+ * Sleeping on a CQ without its channel's descriptor, for a thread of
+ * ferry's own (a stream socket's blocking call): ferry_cq_sleep_prepare
+ * arms the CQ for this kind of sleep and notes where the wake-ups will
+ * come; the caller then looks for completions once more, and sleeps with
+ * ferry_cq_sleep (timeout -1: none; 0 as well when woken, interrupted
+ * (EINTR) or timed out) or, having found some, takes the arm back with
+ * ferry_cq_sleep_cancel.  On shm, for a CQ of one connected QP: a futex
+ * the peer's QP raises in its region, and one of the CQ's for what
+ * happens in this process -- no system call on the peer's side but the
+ * wake itself, nothing to read on ours.  EOPNOTSUPP elsewhere: sleep on
+ * the channel.
+ */
+struct ferry_cq_sleep {
+	const void *peer_word;		/* provider's */
+	uint32_t peer_val, local_val;
+};
+int ferry_cq_sleep_prepare(struct ferry_cq *cq, struct ferry_cq_sleep *t);
+int ferry_cq_sleep(struct ferry_cq *cq, struct ferry_cq_sleep *t, int timeout_ms);
+void ferry_cq_sleep_cancel(struct ferry_cq *cq);
 /*
  * ferry_create_comp_channel_single - a completion channel that will carry
  * the events of one CQ only, for a caller that watches its fd itself (a

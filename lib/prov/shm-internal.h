@@ -87,12 +87,19 @@ struct shm_mr_entry {
 	uint32_t pad;
 };
 
-/* A CQ's arm state, read by peers: (generation << 2) | mode. */
+/*
+ * A CQ's arm state, read by peers: (generation << 3) | bits -- a mode for
+ * its channel (a datagram to its wake socket) and SHM_NOTIFY_FUTEX for a
+ * thread asleep on the futexes (ferry_cq_sleep: the peer raises its
+ * region's wake_seq), each signalled once per generation.
+ */
 #define SHM_NOTIFY_NONE		0u
 #define SHM_NOTIFY_ALL		1u
 #define SHM_NOTIFY_SOLICITED	2u
+#define SHM_NOTIFY_FUTEX	4u
 #define SHM_NOTIFY_MODE(w)	((uint32_t)((w) & 3u))
-#define SHM_NOTIFY_GEN(w)	((w) >> 2)
+#define SHM_NOTIFY_GEN(w)	((w) >> 3)
+#define SHM_NOTIFY_WORD(gen, bits)	((uint64_t)(gen) << 3 | (bits))
 
 struct shm_notify {
 	_Atomic uint64_t word;
@@ -151,6 +158,9 @@ struct shm_region {
 	 * writes the peer's memory no more.  Until the peer says so in its
 	 * region, ours is not ours to reuse (shm_region_retire). */
 	_Atomic uint32_t released;
+	/* Raised (and futex-woken) by the owner when the peer's CQ is armed
+	 * with SHM_NOTIFY_FUTEX: a thread of the peer sleeps on it. */
+	_Alignas(64) _Atomic uint32_t wake_seq;
 };
 
 /*
@@ -327,6 +337,9 @@ struct shm_cq {
 	struct shm_notify *notify;
 	uint64_t gen;
 	unsigned int events, acked;
+	/* Raised (and futex-woken) for a sleeper (SHM_NOTIFY_FUTEX) by what
+	 * completes in this process: flushes, the monitor's retries. */
+	_Atomic uint32_t local_seq;
 };
 
 /* A posted send, copied at post time. */

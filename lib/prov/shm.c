@@ -8,12 +8,15 @@
 #endif
 
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -690,7 +693,9 @@ static int shm_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p, b
 	}
 got:
 	ferry_lock(&scq->lock);
-	atomic_store(&scq->notify->word, scq->gen << 2 | SHM_NOTIFY_NONE);
+	/* The channel's arm is spent; a futex sleeper's stays. */
+	atomic_store(&scq->notify->word,
+		     SHM_NOTIFY_WORD(scq->gen, atomic_load(&scq->notify->word) & SHM_NOTIFY_FUTEX));
 	scq->events++;
 	ferry_unlock(&scq->lock);
 	*cq_p = &scq->cq;
@@ -795,7 +800,7 @@ static int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
 	scq->gen++;
 	/* seq_cst: pairs with the fence a sender runs between publishing a
 	 * delivery and reading this word (see shm_data.c). */
-	atomic_store(&scq->notify->word, scq->gen << 2 | mode);
+	atomic_store(&scq->notify->word, SHM_NOTIFY_WORD(scq->gen, mode));
 	ferry_unlock(&scq->lock);
 	return 0;
 }
@@ -804,13 +809,97 @@ static int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
 static void shm_disarm_cq(struct ferry_cq *cq)
 {
 	struct shm_cq *scq = to_scq(cq);
+	uint64_t w;
 
 	ferry_lock(&scq->lock);
-	if (SHM_NOTIFY_MODE(atomic_load_explicit(&scq->notify->word, memory_order_relaxed)) !=
-	    SHM_NOTIFY_NONE)
-		atomic_store_explicit(&scq->notify->word, scq->gen << 2 | SHM_NOTIFY_NONE,
+	w = atomic_load_explicit(&scq->notify->word, memory_order_relaxed);
+	if (SHM_NOTIFY_MODE(w) != SHM_NOTIFY_NONE)
+		atomic_store_explicit(&scq->notify->word,
+				      SHM_NOTIFY_WORD(scq->gen, w & SHM_NOTIFY_FUTEX),
 				      memory_order_relaxed);
 	ferry_unlock(&scq->lock);
+}
+
+/*
+ * Futex sleeps (ferry_cq_sleep): for a CQ whose receives come from one
+ * connected QP, the peer raises its region's wake_seq and the sleeper
+ * waits on it and on the CQ's local_seq at once (futex_waitv, Linux
+ * 5.16).  Shared futexes are keyed by the file and offset, so the peer's
+ * word counts the same in its read-write mapping and our read-only one.
+ */
+static atomic_bool shm_no_waitv;	/* the kernel has no futex_waitv */
+
+static int shm_cq_sleep_prepare(struct ferry_cq *cq, struct ferry_cq_sleep *t)
+{
+	struct shm_cq *scq = to_scq(cq);
+	struct shm_qp *qp;
+	uint64_t w;
+
+	if (atomic_load_explicit(&shm_no_waitv, memory_order_relaxed))
+		return ERR(EOPNOTSUPP);
+	ferry_lock(&scq->lock);
+	qp = scq->nrqps == 1 ? scq->rqps[0] : NULL;
+	if (!qp || !qp->conn || !qp->conn->peer_region || qp->conn->dead) {
+		ferry_unlock(&scq->lock);
+		return ERR(EOPNOTSUPP);
+	}
+	t->peer_word = &qp->conn->peer_region->wake_seq;
+	t->peer_val = atomic_load(&qp->conn->peer_region->wake_seq);
+	t->local_val = atomic_load(&scq->local_seq);
+	scq->gen++;
+	w = atomic_load_explicit(&scq->notify->word, memory_order_relaxed);
+	/* seq_cst, as ferry_req_notify_cq's: pairs with the peer's fence. */
+	atomic_store(&scq->notify->word,
+		     SHM_NOTIFY_WORD(scq->gen, SHM_NOTIFY_MODE(w) | SHM_NOTIFY_FUTEX));
+	ferry_unlock(&scq->lock);
+	return 0;
+}
+
+static void shm_cq_sleep_cancel(struct ferry_cq *cq)
+{
+	struct shm_cq *scq = to_scq(cq);
+	uint64_t w;
+
+	ferry_lock(&scq->lock);
+	w = atomic_load_explicit(&scq->notify->word, memory_order_relaxed);
+	if (w & SHM_NOTIFY_FUTEX)
+		atomic_store_explicit(&scq->notify->word,
+				      SHM_NOTIFY_WORD(SHM_NOTIFY_GEN(w), SHM_NOTIFY_MODE(w)),
+				      memory_order_relaxed);
+	ferry_unlock(&scq->lock);
+}
+
+static int shm_cq_sleep(struct ferry_cq *cq, struct ferry_cq_sleep *t, int timeout_ms)
+{
+	struct shm_cq *scq = to_scq(cq);
+	struct futex_waitv v[2] = {
+		{ .val = t->peer_val, .uaddr = (uintptr_t)t->peer_word, .flags = FUTEX_32 },
+		{ .val = t->local_val, .uaddr = (uintptr_t)&scq->local_seq,
+		  .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG },
+	};
+	struct timespec ts;
+	long r;
+
+	if (timeout_ms >= 0) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += timeout_ms / 1000;
+		ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+	}
+	r = syscall(SYS_futex_waitv, v, 2u, 0u, timeout_ms >= 0 ? &ts : NULL, CLOCK_MONOTONIC);
+	if (r < 0 && errno != EAGAIN && errno != ETIMEDOUT && errno != EINTR) {
+		/* ENOSYS (before Linux 5.16), or a futex the kernel refuses:
+		 * the channel from now on, rather than a loop that never sleeps. */
+		ferry_info("futex_waitv: %m; sleeping on completion channels instead");
+		atomic_store(&shm_no_waitv, true);
+	}
+	shm_cq_sleep_cancel(cq);
+	if (r < 0 && errno == EINTR)
+		return -1;
+	return 0;	/* woken, timed out, or to poll again */
 }
 
 static void shm_ack_cq_events(struct ferry_cq *cq, unsigned int n)
@@ -831,11 +920,18 @@ void shm_cq_signal_local(struct shm_cq *scq, bool solicited_or_error)
 {
 	uint64_t w = atomic_load(&scq->notify->word);
 	uint32_t mode = SHM_NOTIFY_MODE(w);
+	bool chan = mode == SHM_NOTIFY_ALL || (mode == SHM_NOTIFY_SOLICITED && solicited_or_error);
+	bool futex = w & SHM_NOTIFY_FUTEX;
 
-	if (mode == SHM_NOTIFY_ALL || (mode == SHM_NOTIFY_SOLICITED && solicited_or_error)) {
-		atomic_store(&scq->notify->word, scq->gen << 2 | SHM_NOTIFY_NONE);
-		shm_wake(&scq->wake);
+	if (!chan && !futex)
+		return;
+	atomic_store(&scq->notify->word, SHM_NOTIFY_WORD(scq->gen, SHM_NOTIFY_NONE));
+	if (futex) {
+		atomic_fetch_add(&scq->local_seq, 1);
+		syscall(SYS_futex, &scq->local_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 	}
+	if (chan)
+		shm_wake(&scq->wake);
 }
 
 /* Append a completion made in this process (sends, flushes); scq->lock held. */
@@ -980,6 +1076,9 @@ const struct ferry_provider ferry_shm_provider = {
 	.create_comp_channel_single = shm_create_comp_channel_single,
 	.destroy_comp_channel = shm_destroy_comp_channel,
 	.renumber_comp_channel = shm_renumber_comp_channel,
+	.cq_sleep_prepare = shm_cq_sleep_prepare,
+	.cq_sleep = shm_cq_sleep,
+	.cq_sleep_cancel = shm_cq_sleep_cancel,
 	.get_cq_event = shm_get_cq_event,
 	.poll_cq_event = shm_poll_cq_event,
 	.create_cq = shm_create_cq,

@@ -11,7 +11,10 @@
 #include "config.h"
 #endif
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -275,9 +278,10 @@ static enum ferry_wc_status shm_peer_recv_segs(struct shm_qp *qp, struct shm_con
 }
 
 /* Tell the peer's CQ, if it is armed for this kind of completion. */
-static void shm_notify_peer(struct shm_conn *conn, bool solicited_or_error)
+static void shm_notify_peer(struct shm_qp *qp, struct shm_conn *conn, bool solicited_or_error)
 {
 	const struct shm_notify *n = conn->peer_notify;
+	bool chan, futex;
 	uint64_t w;
 	uint32_t mode;
 
@@ -286,12 +290,17 @@ static void shm_notify_peer(struct shm_conn *conn, bool solicited_or_error)
 	atomic_thread_fence(memory_order_seq_cst);
 	w = atomic_load_explicit(&n->word, memory_order_relaxed);
 	mode = SHM_NOTIFY_MODE(w);
-	if (mode == SHM_NOTIFY_NONE || SHM_NOTIFY_GEN(w) == conn->last_signalled_gen)
-		return;
-	if (mode == SHM_NOTIFY_SOLICITED && !solicited_or_error)
+	chan = mode == SHM_NOTIFY_ALL || (mode == SHM_NOTIFY_SOLICITED && solicited_or_error);
+	futex = w & SHM_NOTIFY_FUTEX;
+	if ((!chan && !futex) || SHM_NOTIFY_GEN(w) == conn->last_signalled_gen)
 		return;
 	conn->last_signalled_gen = SHM_NOTIFY_GEN(w);
-	shm_wake(&conn->peer_wake);
+	if (futex && qp->region) {
+		atomic_fetch_add(&qp->region->wake_seq, 1);
+		syscall(SYS_futex, &qp->region->wake_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	}
+	if (chan)
+		shm_wake(&conn->peer_wake);
 }
 
 /* Record that we consumed the peer's receive qp->dq_seq. */
@@ -309,7 +318,7 @@ static void shm_deliver(struct shm_qp *qp, struct shm_conn *conn, uint32_t opcod
 	d->imm_data = s->imm_data;
 	d->flags = (with_imm ? SHM_DELIVERY_IMM : 0) | (solicited ? SHM_DELIVERY_SOLICITED : 0);
 	atomic_store_explicit(&d->seq, ++qp->dq_seq, memory_order_release);
-	shm_notify_peer(conn, solicited || status != FERRY_WC_SUCCESS);
+	shm_notify_peer(qp, conn, solicited || status != FERRY_WC_SUCCESS);
 }
 
 /* --- execution --- */

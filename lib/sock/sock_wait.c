@@ -3,8 +3,10 @@
  * rsocket's), then block on the socket's fd, race-free.
  *
  * Only one thread at a time (the leader) sleeps in poll(2) on the fd and
- * drains the completion and CM channels; other threads waiting on the same
- * socket (a sender while a receiver sleeps, say) wait on a condition
+ * drains the completion and CM channels -- or, connected on shm, sleeps on
+ * the CQ's futexes (ferry_cq_sleep), which the peer raises without a
+ * datagram and which leave nothing to drain; other threads waiting on the
+ * same socket (a sender while a receiver sleeps, say) wait on a condition
  * variable and recheck when the leader wakes.  The leader arms the CQ,
  * then rechecks its condition and whether any completion was taken since:
  * a completion that came before the arm is found by the recheck, one that
@@ -159,8 +161,10 @@ int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_
 {
 	uint64_t spin_end = sock_now_ns() + (uint64_t)sock_poll_us() * 1000u;
 	struct pollfd pfd = { .fd = s->fd, .events = POLLIN };
-
+	struct ferry_cq_sleep tok;
 	unsigned int spins = 0;
+	bool futex;
+	int slept;
 
 	/* Reading the clock costs more than a poll of the CQ: read it seldom.
 	 * Now and then the CPU goes to whoever else wants it: a peer on the
@@ -181,18 +185,28 @@ int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_
 				return 0;
 			continue;
 		}
-		sock_wait_arm(s);
+		/* Connected, with nothing but the CQ to wait for: on its futexes
+		 * where the provider has them, else on the fd. */
+		futex = !s->chan_in_epoll && s->cq && sock_is_connected(s) &&
+			ferry_cq_sleep_prepare(s->cq, &tok) == 0;
+		if (!futex)
+			sock_wait_arm(s);
 		if (sock_progress(s) > 0 || ready(s)) {
+			if (futex)
+				ferry_cq_sleep_cancel(s->cq);
 			sock_wait_release(s);
 			if (ready(s))
 				return 0;
 			continue;
 		}
-		if (poll(&pfd, 1, sock_sleep_ms(s, deadline_ns)) < 0 && errno == EINTR) {
+		if (futex)
+			slept = ferry_cq_sleep(s->cq, &tok, sock_sleep_ms(s, deadline_ns));
+		else if ((slept = poll(&pfd, 1, sock_sleep_ms(s, deadline_ns))) >= 0)
+			sock_wait_drain(s);
+		if (slept < 0 && errno == EINTR) {
 			sock_wait_release(s);
 			return ERR(EINTR);
 		}
-		sock_wait_drain(s);
 		sock_wait_release(s);
 		if (ready(s))
 			return 0;
