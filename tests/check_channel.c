@@ -10,7 +10,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <check.h>
 
@@ -305,6 +309,61 @@ START_TEST(test_single_channel)
 }
 END_TEST
 
+/*
+ * Wake-ups by name (shm): they reach a CQ's socket from this process as
+ * from any other, and still do when the process's sender has no room
+ * left, its buffer full of wake-ups other sockets have not read (each
+ * holds part of it until it is read): the send goes again from a socket
+ * of its own.
+ */
+#define TC_WAKE_RECEIVERS 64
+
+START_TEST(test_wake_sender_full)
+{
+	struct shm_wake_name names[TC_WAKE_RECEIVERS], last;
+	int fds[TC_WAKE_RECEIVERS], sender, fd, i, n = 0, small = 1, was = 0;
+	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	socklen_t len = sizeof(was);
+	char byte = 'x';
+
+	if (!tu_on_shm()) {
+		printf("SKIP test_wake_sender_full on %s: shm's wake-ups\n", tu_transport());
+		return;
+	}
+	sender = shm_wake_test_sender();
+	ck_assert_int_ge(sender, 0);
+	/* As small as the kernel lets it be: a few wake-ups fill it. */
+	ck_assert_int_eq(getsockopt(sender, SOL_SOCKET, SO_SNDBUF, &was, &len), 0);
+	ck_assert_int_eq(setsockopt(sender, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	/* Unread wake-ups, each at its own socket, until the sender is full. */
+	for (i = 0; i < TC_WAKE_RECEIVERS; i++) {
+		fds[i] = shm_wake_socket(&names[i]);
+		ck_assert_int_ge(fds[i], 0);
+		memcpy(un.sun_path, names[i].bytes, names[i].len);
+		if (sendto(sender, &byte, 1, MSG_DONTWAIT, (struct sockaddr *)&un,
+			   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + names[i].len)) < 0) {
+			ck_assert_int_eq(errno, EAGAIN);
+			break;
+		}
+		n++;
+	}
+	ck_assert_msg(i < TC_WAKE_RECEIVERS, "the sender never filled up (%d wake-ups)", n);
+	/* A fresh socket, nothing queued at it: its wake-up arrives all the same. */
+	fd = shm_wake_socket(&last);
+	ck_assert_int_ge(fd, 0);
+	shm_wake(&last);
+	ck_assert_int_eq(shm_wake_drain(fd), 1);
+	ck_assert_int_eq(shm_wake_drain(fd), 0);
+	close(fd);
+	for (i = 0; i <= n && i < TC_WAKE_RECEIVERS; i++)
+		close(fds[i]);
+	/* The sender as it was (the kernel reports twice what was asked). */
+	was /= 2;
+	if (setsockopt(sender, SOL_SOCKET, SO_SNDBUFFORCE, &was, sizeof(was)) < 0)
+		setsockopt(sender, SOL_SOCKET, SO_SNDBUF, &was, sizeof(was));
+}
+END_TEST
+
 START_TEST(test_ack_many)
 {
 	struct ferry_cq *cq;
@@ -557,6 +616,7 @@ Suite *channel_suite(void)
 	tcase_add_test(tc, test_poll_fd);
 	tcase_add_test(tc, test_two_cqs_one_channel);
 	tcase_add_test(tc, test_single_channel);
+	tcase_add_test(tc, test_wake_sender_full);
 	tcase_add_test(tc, test_ack_many);
 	suite_add_tcase(s, tc);
 

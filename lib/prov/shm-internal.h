@@ -491,6 +491,8 @@ bool shm_wake_name_ok(const struct shm_wake_name *name);
 void shm_wake(const struct shm_wake_name *name);
 /* Take a wake-up queued at @fd: 1, 0 if none (EAGAIN), -1 + errno. */
 int shm_wake_drain(int fd);
+/* Test hook: the process's sender socket (made if need be), or -1. */
+int shm_wake_test_sender(void);
 
 /* shm_conn.c: exchange, announcements, monitor */
 int shm_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qpn_p);

@@ -67,6 +67,11 @@ static int shm_wake_sender_get(void)
 	return fd;
 }
 
+int shm_wake_test_sender(void)
+{
+	return shm_wake_sender_get();
+}
+
 int shm_wake_socket(struct shm_wake_name *name)
 {
 	struct sockaddr_un un;
