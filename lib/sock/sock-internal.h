@@ -36,9 +36,15 @@
  * process's hard limit of 20000 fds therefore holds about 9,990 idle
  * connections; 10,000 would need one descriptor per connection: the
  * connection's AF_UNIX end as the socket's number, carrying the peer's
- * wake-ups as well as its hang-up, which leaves the wake-ups made in this
- * process (flushes, the monitor's completions) and the reads of the
- * provider's announcements on the same socket to be solved.
+ * wake-ups (a record on it) as well as its hang-up.  What that leaves:
+ * wake-ups made in this process cannot raise that socket -- a blocking
+ * call sleeps on futexes already (sock_wait), and a local error can shut
+ * the socket down, which wakes its pollers; the provider's announcements
+ * (BLOCK, TABLE) would share the socket with the wake-ups, but a socket
+ * without iomaps at either end has none once connected (those with
+ * iomaps would keep 2); and the CM and the monitor watch the socket by
+ * its number, which a client's socket would have to take over after they
+ * began (an accepted one can be given its own).
  *
  * Locks (always taken in this order, each one optional):
  *   slock  - one sender at a time: the send ring, the current target SGE;
