@@ -1522,6 +1522,49 @@ static bool ts_fd_is_dgram(int fd)
  * renumbering too (the preload shim's); closing gives every descriptor
  * back.  A non-blocking connect keeps its epoll set.
  */
+struct ts_reader {
+	int fd;
+	ssize_t got;
+	char c;
+};
+
+static void *ts_read_one(void *arg)
+{
+	struct ts_reader *r = arg;
+
+	r->got = ferry_sock_recv(r->fd, &r->c, 1, 0);
+	return NULL;
+}
+
+/*
+ * A thread blocked in a read sleeps on the CQ's futexes (shm); arming the
+ * CQ for its channel meanwhile, as the preload's epoll does for a socket
+ * in a set, must not take the sleeper's arm away: the data wakes it.
+ */
+START_TEST(test_arm_keeps_sleeper)
+{
+	struct ts_reader r = { .got = -2 };
+	struct timespec nap = { 0, 50 * 1000 * 1000 }, deadline;
+	pthread_t th;
+	int a;
+
+	ts_pair(&a, &r.fd);
+	ck_assert_int_eq(pthread_create(&th, NULL, ts_read_one, &r), 0);
+	nanosleep(&nap, NULL);			/* let it fall asleep */
+	sock_wait_arm(sock_get(r.fd));		/* what an epoll set does */
+	nanosleep(&nap, NULL);
+	ck_assert_int_eq(ferry_sock_send(a, "z", 1, 0), 1);
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += TS_TIMEOUT_MS / 1000 + 1;
+	ck_assert_msg(pthread_timedjoin_np(th, NULL, &deadline) == 0,
+		      "the reader was not woken by the data");
+	ck_assert_int_eq(r.got, 1);
+	ck_assert_int_eq(r.c, 'z');
+	ferry_sock_close(a);
+	ferry_sock_close(r.fd);
+}
+END_TEST
+
 /* A blocking connect to listener @l (port @port), accepted by a thread. */
 static void ts_pair_blocking(int l, uint16_t port, int *a, int *b)
 {
@@ -1776,6 +1819,7 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_idle_leaves_target_sgl_alone);
 	tcase_add_test(tc, test_idle_descriptors);
 	tcase_add_test(tc, test_fd_merge);
+	tcase_add_test(tc, test_arm_keeps_sleeper);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("early");

@@ -97,7 +97,9 @@ struct shm_mr_entry {
 #define SHM_NOTIFY_ALL		1u
 #define SHM_NOTIFY_SOLICITED	2u
 #define SHM_NOTIFY_FUTEX	4u
-#define SHM_NOTIFY_MODE(w)	((uint32_t)((w) & 3u))
+#define SHM_NOTIFY_MODES	3u	/* the mode's bits */
+#define SHM_NOTIFY_BITS		(SHM_NOTIFY_MODES | SHM_NOTIFY_FUTEX)
+#define SHM_NOTIFY_MODE(w)	((uint32_t)((w) & SHM_NOTIFY_MODES))
 #define SHM_NOTIFY_GEN(w)	((w) >> 3)
 #define SHM_NOTIFY_WORD(gen, bits)	((uint64_t)(gen) << 3 | (bits))
 

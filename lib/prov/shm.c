@@ -606,6 +606,21 @@ static inline struct shm_channel *to_sch(struct ferry_comp_channel *ch)
 	return container_of(ch, struct shm_channel, ch);
 }
 
+/*
+ * shm_notify_update - the CQ's arm word becomes generation @gen with its
+ * bits @clear taken off and @set put on; scq->lock held.  A channel's
+ * arm (the mode) and a futex sleeper's (SHM_NOTIFY_FUTEX) come and go
+ * apart: neither may take the other's away.  seq_cst: an arm pairs with
+ * the fence a sender runs between publishing a delivery and reading this
+ * word (see shm_data.c).
+ */
+static void shm_notify_update(struct shm_cq *scq, uint64_t gen, uint32_t clear, uint32_t set)
+{
+	uint64_t w = atomic_load_explicit(&scq->notify->word, memory_order_relaxed);
+
+	atomic_store(&scq->notify->word, SHM_NOTIFY_WORD(gen, (w & SHM_NOTIFY_BITS & ~clear) | set));
+}
+
 /* A single-CQ channel's event: its wake socket had something. */
 static int shm_cq_event_single(struct shm_channel *sch, struct shm_cq **scq_p, bool nowait)
 {
@@ -694,8 +709,7 @@ static int shm_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p, b
 got:
 	ferry_lock(&scq->lock);
 	/* The channel's arm is spent; a futex sleeper's stays. */
-	atomic_store(&scq->notify->word,
-		     SHM_NOTIFY_WORD(scq->gen, atomic_load(&scq->notify->word) & SHM_NOTIFY_FUTEX));
+	shm_notify_update(scq, scq->gen, SHM_NOTIFY_MODES, 0);
 	scq->events++;
 	ferry_unlock(&scq->lock);
 	*cq_p = &scq->cq;
@@ -797,10 +811,7 @@ static int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
 	uint32_t mode = solicited_only ? SHM_NOTIFY_SOLICITED : SHM_NOTIFY_ALL;
 
 	ferry_lock(&scq->lock);
-	scq->gen++;
-	/* seq_cst: pairs with the fence a sender runs between publishing a
-	 * delivery and reading this word (see shm_data.c). */
-	atomic_store(&scq->notify->word, SHM_NOTIFY_WORD(scq->gen, mode));
+	shm_notify_update(scq, ++scq->gen, SHM_NOTIFY_MODES, mode);
 	ferry_unlock(&scq->lock);
 	return 0;
 }
@@ -809,14 +820,9 @@ static int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
 static void shm_disarm_cq(struct ferry_cq *cq)
 {
 	struct shm_cq *scq = to_scq(cq);
-	uint64_t w;
 
 	ferry_lock(&scq->lock);
-	w = atomic_load_explicit(&scq->notify->word, memory_order_relaxed);
-	if (SHM_NOTIFY_MODE(w) != SHM_NOTIFY_NONE)
-		atomic_store_explicit(&scq->notify->word,
-				      SHM_NOTIFY_WORD(scq->gen, w & SHM_NOTIFY_FUTEX),
-				      memory_order_relaxed);
+	shm_notify_update(scq, scq->gen, SHM_NOTIFY_MODES, 0);
 	ferry_unlock(&scq->lock);
 }
 
@@ -833,7 +839,6 @@ static int shm_cq_sleep_prepare(struct ferry_cq *cq, struct ferry_cq_sleep *t)
 {
 	struct shm_cq *scq = to_scq(cq);
 	struct shm_qp *qp;
-	uint64_t w;
 
 	if (atomic_load_explicit(&shm_no_waitv, memory_order_relaxed))
 		return ERR(EOPNOTSUPP);
@@ -846,11 +851,7 @@ static int shm_cq_sleep_prepare(struct ferry_cq *cq, struct ferry_cq_sleep *t)
 	t->peer_word = &qp->conn->peer_region->wake_seq;
 	t->peer_val = atomic_load(&qp->conn->peer_region->wake_seq);
 	t->local_val = atomic_load(&scq->local_seq);
-	scq->gen++;
-	w = atomic_load_explicit(&scq->notify->word, memory_order_relaxed);
-	/* seq_cst, as ferry_req_notify_cq's: pairs with the peer's fence. */
-	atomic_store(&scq->notify->word,
-		     SHM_NOTIFY_WORD(scq->gen, SHM_NOTIFY_MODE(w) | SHM_NOTIFY_FUTEX));
+	shm_notify_update(scq, ++scq->gen, 0, SHM_NOTIFY_FUTEX);
 	ferry_unlock(&scq->lock);
 	return 0;
 }
@@ -858,14 +859,9 @@ static int shm_cq_sleep_prepare(struct ferry_cq *cq, struct ferry_cq_sleep *t)
 static void shm_cq_sleep_cancel(struct ferry_cq *cq)
 {
 	struct shm_cq *scq = to_scq(cq);
-	uint64_t w;
 
 	ferry_lock(&scq->lock);
-	w = atomic_load_explicit(&scq->notify->word, memory_order_relaxed);
-	if (w & SHM_NOTIFY_FUTEX)
-		atomic_store_explicit(&scq->notify->word,
-				      SHM_NOTIFY_WORD(SHM_NOTIFY_GEN(w), SHM_NOTIFY_MODE(w)),
-				      memory_order_relaxed);
+	shm_notify_update(scq, scq->gen, SHM_NOTIFY_FUTEX, 0);
 	ferry_unlock(&scq->lock);
 }
 
@@ -925,7 +921,7 @@ void shm_cq_signal_local(struct shm_cq *scq, bool solicited_or_error)
 
 	if (!chan && !futex)
 		return;
-	atomic_store(&scq->notify->word, SHM_NOTIFY_WORD(scq->gen, SHM_NOTIFY_NONE));
+	shm_notify_update(scq, scq->gen, SHM_NOTIFY_BITS, 0);	/* both are signalled */
 	if (futex) {
 		atomic_fetch_add(&scq->local_seq, 1);
 		syscall(SYS_futex, &scq->local_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);

@@ -341,18 +341,6 @@ int sock_renumber(int from, int to);
 void sock_forget(int fd);
 void sock_epoll_del(struct ferry_sock *s, int fd);
 /*
- * sock_fd_merge - a connected shm socket whose epoll set holds nothing but
- * its completion channel (the CQ's wake socket) becomes that channel: the
- * channel moves onto the socket's number (dup3) and the set goes, two
- * descriptors less.  Only before the application can have put the number
- * in an epoll set of its own, or be polling it: a registration there
- * names the set's file, which dup3 closes.  So accept does it before it
- * returns the number, a blocking connect before it returns success; a
- * non-blocking connect keeps its set (its caller may have registered the
- * number to learn when it completes).
- */
-void sock_fd_merge(struct ferry_sock *s);
-/*
  * sock_pid - this process's id without a system call (ferry_pid): the
  * spare buffers and the keepalive service ask it per connection.
  */

@@ -149,7 +149,19 @@ static int sock_fd_give(struct ferry_sock *s, bool cloexec)
 	return 0;
 }
 
-void sock_fd_merge(struct ferry_sock *s)
+/*
+ * sock_fd_merge - a connected shm socket whose epoll set holds nothing but
+ * its completion channel (the CQ's wake socket) becomes that channel: the
+ * channel moves onto the socket's number (dup3) and the set goes, two
+ * descriptors less.  Only before the application can have put the number
+ * in an epoll set of its own, or be polling it: a registration there
+ * names the set's file, which dup3 closes.  So a blocking connect does it
+ * before it returns success (accepted sockets on shm never had a set:
+ * accept gives them their channel's number); a non-blocking connect keeps
+ * its set (its caller may have registered the number to learn when it
+ * completes).
+ */
+static void sock_fd_merge(struct ferry_sock *s)
 {
 	int old, flags;
 
@@ -326,7 +338,6 @@ int ferry_sock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int fl
 	}
 	if (!(flags & SOCK_CLOEXEC))
 		fcntl(ns->fd, F_SETFD, 0);
-	sock_fd_merge(ns);	/* (one not bare) before the application knows the number */
 	if (sock_table_set(ns->fd, ns) < 0) {
 		int e = errno;
 
