@@ -640,15 +640,22 @@ ssize_t sock_data_recv(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 		return sock_is_connected(s) ? 0 : ERR(ENOTCONN);
 	pthread_mutex_lock(&s->rlock);
 	for (;;) {
+		/*
+		 * The flags before the bytes: progress (any thread's: a sender's
+		 * looks too) counts a message's bytes before the shutdown or
+		 * disconnect that follows it, so a flag seen here comes with
+		 * every byte sent before it.  Read the other way round, a
+		 * progress between the two reads showed EOF with data unread.
+		 */
+		unsigned int closed = atomic_load(&s->closed);
 		uint64_t avail = sock_readable_bytes(s), pos;
-		unsigned int closed;
 		size_t n;
 
 		if (avail < total - got) {
 			sock_progress(s);
+			closed = atomic_load(&s->closed);
 			avail = sock_readable_bytes(s);
 		}
-		closed = atomic_load(&s->closed);
 		if (closed & SOCK_SHUT_RD)
 			break;
 		if (avail && total) {

@@ -31,7 +31,7 @@ run() {
 	got=$(cat "$tmp/curl.out")
 	[ "$got" = "200 $size" ] || fail "$what: curl says '$got', not '200 $size'"
 	[ -f "$tmp/got" ] && [ "$(sha "$tmp/got")" = "$want" ] ||
-		fail "$what: the file arrived changed ($(stat -c %s "$tmp/got" 2>/dev/null) bytes)"
+		fail "$what: the file arrived changed: $(how_changed "$tmp/www/blob" "$tmp/got")"
 	no_ferry_errors "$what, curl" "$tmp/curl.err"
 	client_transport "$what" "$mode" "$tmp/curl.err"
 	rm -f "$tmp/got"

@@ -226,6 +226,24 @@ no_ferry_errors() {
 # sha FILE: its sha256.
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
+# how_changed WANT GOT: how file GOT differs from WANT, for a failure
+# message: sizes, how many bytes differ, the first and last differing
+# offsets (0-based, hex too: ring positions show in the low bits) and how
+# many bad bytes are zeros.  A corruption seen once in hundreds of runs
+# needs its shape in the log.
+how_changed() {
+	local want=$1 got=$2
+	[ -f "$got" ] || { echo "nothing arrived"; return; }
+	echo "want $(stat -c %s "$want") bytes, got $(stat -c %s "$got");" \
+		"$(cmp -l "$want" "$got" 2>/dev/null | awk '
+			{ n++; off = $1 - 1; if (n == 1) first = off; last = off
+			  if ($3 == 0) zero++
+			  if (off != prev + 1) runs++; prev = off }
+			END { if (!n) { print "no byte differs in the common length"; exit }
+			      printf "%d bytes differ (%d zero) in %d runs, first at %d (0x%x), last at %d (0x%x)",
+				     n, zero, runs, first, first, last, last }')"
+}
+
 # random_file PATH MiB: MiB of random bytes.
 random_file() {
 	head -c "$(( $2 * 1048576 ))" /dev/urandom >"$1"

@@ -39,7 +39,7 @@ relay() {
 		fail "$what: the server exited with $reaped: $(cat "$tmp/socat-$mode-$name.err")"
 	[ "$name" = up ] || mv "$tmp/client.out" "$tmp/got"
 	[ -f "$tmp/got" ] && [ "$(sha "$tmp/got")" = "$want" ] ||
-		fail "$what: the file arrived changed ($(stat -c %s "$tmp/got" 2>/dev/null) bytes)"
+		fail "$what: the file arrived changed: $(how_changed "$file" "$tmp/got")"
 	no_ferry_errors "$what, client" "$tmp/client.err"
 	no_ferry_errors "$what, server" "$tmp/socat-$mode-$name.err"
 	client_transport "$what" "$mode" "$tmp/client.err"
