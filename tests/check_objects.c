@@ -675,6 +675,68 @@ START_TEST(test_arena_region_outlives_qp)
 }
 END_TEST
 
+/*
+ * A region handed to a new connection keeps none of its last owner's
+ * receives: a receive without SGEs (what sockets post) is not written on
+ * the ring's first lap, since a region starts zeroed -- so a reused one
+ * must be zeroed too.  Its last owner posted receives with an SGE into
+ * the same slots; were they left, a SEND into the new 0-SGE receive would
+ * be scattered into the old buffer (gone: the sender fails it) instead of
+ * completing with 0 bytes.
+ */
+static void arena_post_recv0(struct ferry_qp *qp, uint64_t wr_id)
+{
+	struct ferry_recv_wr wr = { .wr_id = wr_id }, *bad = NULL;
+
+	ck_assert_int_eq(ferry_post_recv(qp, &wr, &bad), 0);
+}
+
+START_TEST(test_arena_region_reused_clean)
+{
+	struct tu_end a, b;
+	struct ferry_wc wc;
+	void *old[2];
+	bool seen = false;
+
+	tu_pair_open(&a, &b, NULL);
+	arena_send_one(&a, &b, 1);
+	arena_send_one(&b, &a, 2);
+	for (int i = 0; i < 4; i++) {	/* more receives with SGEs, unused */
+		ck_assert_int_eq(tu_post_recv1(a.qp, 3, a.buf, 256, a.mr->lkey), 0);
+		ck_assert_int_eq(tu_post_recv1(b.qp, 3, b.buf, 256, b.mr->lkey), 0);
+	}
+	old[0] = to_sqp(a.qp)->region;
+	old[1] = to_sqp(b.qp)->region;
+	tu_pair_close(&a, &b);
+
+	for (int i = 0; i < 4 && !seen; i++) {
+		tu_pair_open(&a, &b, NULL);
+		seen = to_sqp(a.qp)->region == old[0] || to_sqp(a.qp)->region == old[1] ||
+		       to_sqp(b.qp)->region == old[0] || to_sqp(b.qp)->region == old[1];
+		for (int k = 0; k < 5; k++) {
+			arena_post_recv0(a.qp, 10 + k);
+			arena_post_recv0(b.qp, 10 + k);
+			ck_assert_int_eq(tu_post_send1(a.qp, 20 + k, FERRY_WR_SEND,
+						       FERRY_SEND_SIGNALED, NULL, 0, 0, 0, 0), 0);
+			ck_assert_int_eq(tu_post_send1(b.qp, 20 + k, FERRY_WR_SEND,
+						       FERRY_SEND_SIGNALED, NULL, 0, 0, 0, 0), 0);
+			tu_poll1(a.send_cq, &wc);
+			ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+			tu_poll1(b.send_cq, &wc);
+			ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+			tu_poll1(a.recv_cq, &wc);
+			ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+			ck_assert_uint_eq(wc.byte_len, 0);
+			tu_poll1(b.recv_cq, &wc);
+			ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+			ck_assert_uint_eq(wc.byte_len, 0);
+		}
+		tu_pair_close(&a, &b);
+	}
+	ck_assert(seen);
+}
+END_TEST
+
 /* Mappings of "ferry-test-seg" files in /proc/self/maps. */
 static int arena_test_maps(void)
 {
@@ -846,6 +908,7 @@ Suite *objects_suite(void)
 		tcase_add_test(tc, test_arena_notify);
 		tcase_add_test(tc, test_arena_fork);
 		tcase_add_test(tc, test_arena_region_outlives_qp);
+		tcase_add_test(tc, test_arena_region_reused_clean);
 		tcase_add_test(tc, test_arena_peer_maps_kept);
 		tcase_add_test(tc, test_arena_kinds_apart);
 		tcase_add_test(tc, test_arena_small_pieces_share_pages);

@@ -200,25 +200,21 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 	return 0;
 }
 
-/* What a region's next owner needs zeroed: the head and the DQ ring (the
- * RQ ring is read only below rq_prod, which the next owner writes first).
- * The DQ's whole pages are given back rather than written: a region
- * reused stays as small as a new one until deliveries reach them. */
-static void shm_region_clear(uint8_t *start, size_t head_off)
+/*
+ * A region's next owner needs all of it zeroed, the RQ ring too: a receive
+ * without SGEs is not written on the ring's first lap (shm_rq_write_entry),
+ * and a layout of another size puts delivery slots where receives were.
+ * Whole pages are given back rather than written: a region reused stays as
+ * small as a new one until it is used.
+ */
+static void shm_region_clear(struct shm_piece *piece)
 {
-	const struct shm_region *r = (const struct shm_region *)(start + head_off);
-	size_t dq = (size_t)r->dq_size * sizeof(struct shm_delivery);
-
-	if (dq > head_off)
-		dq = head_off;
-	shm_zero_range(start + head_off - dq, dq);
-	memset(start + head_off, 0, shm_region_head_size());
+	shm_zero_range(piece->addr, piece->size);
 }
 
 /* A region waiting for its peer to let go of it. */
 struct shm_retired {
 	struct shm_piece piece;
-	size_t head_off;
 	struct shm_mapping *peer_map;	/* keeps the peer's region readable */
 	const struct shm_region *peer;
 	uint32_t peer_qpn;
@@ -252,9 +248,9 @@ static bool shm_peer_let_go(const struct shm_region *peer, uint32_t peer_qpn, pi
 	return kill(pid, 0) < 0 && errno == ESRCH;
 }
 
-static void shm_region_recycle(struct shm_piece *piece, size_t head_off)
+static void shm_region_recycle(struct shm_piece *piece)
 {
-	shm_region_clear(piece->addr, head_off);
+	shm_region_clear(piece);
 	shm_arena_put(piece, 0);
 }
 
@@ -286,7 +282,7 @@ static void shm_retired_reap(void)
 	pthread_mutex_unlock(&retired_lock);
 	while ((r = done)) {
 		done = r->next;
-		shm_region_recycle(&r->piece, r->head_off);
+		shm_region_recycle(&r->piece);
 		shm_unmap(r->peer_map);
 		free(r);
 	}
@@ -307,7 +303,7 @@ void shm_region_release(struct shm_qp *qp, struct shm_conn *conn)
 	atomic_store_explicit(&region->released, 1, memory_order_release);
 	if (!conn || !conn->peer_region ||
 	    shm_peer_let_go(conn->peer_region, conn->peer_qpn, conn->peer_pid, NULL)) {
-		shm_region_recycle(&qp->region_piece, qp->region_head_off);
+		shm_region_recycle(&qp->region_piece);
 		shm_retired_reap();
 		return;
 	}
@@ -317,7 +313,6 @@ void shm_region_release(struct shm_qp *qp, struct shm_conn *conn)
 	if (!r)
 		return;		/* never reused: lost, not shared */
 	r->piece = qp->region_piece;
-	r->head_off = qp->region_head_off;
 	r->peer_map = conn->peer_region_map;
 	r->peer = conn->peer_region;
 	r->peer_qpn = conn->peer_qpn;
