@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1582,6 +1583,54 @@ static void ts_pair_blocking(int l, uint16_t port, int *a, int *b)
 	ck_assert_int_ge(*b, 0);
 }
 
+/*
+ * Accept with no descriptor number left (EMFILE) fails, and the connection
+ * stays queued, as a TCP listener keeps it in its backlog: the next accept
+ * gets it, and it works.  (On shm an accepted socket gets its number only
+ * in accept; on verbs it has one from the start.)
+ */
+START_TEST(test_accept_emfile_keeps_connection)
+{
+	struct rlimit old, low;
+	uint16_t port;
+	int l, c, b, probe, r, e;
+	char ch = 'e';
+
+	if (!tu_on_shm()) {
+		printf("SKIP test_accept_emfile_keeps_connection on %s: an accepted "
+		       "socket has its number before accept\n", tu_transport());
+		return;
+	}
+	l = ts_listen(&port);
+	c = ts_connect_start(port);
+	ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+	probe = dup(0);		/* the lowest free number: none below it is */
+	ck_assert_int_ge(probe, 0);
+	close(probe);
+	low = old;
+	low.rlim_cur = (rlim_t)probe;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	r = ferry_sock_accept(l, NULL, NULL);
+	e = errno;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+	ck_assert_int_eq(r, -1);
+	ck_assert_int_eq(e, EMFILE);
+	ck_assert(ts_poll(l, POLLIN, 0) & POLLIN);	/* still queued */
+	b = ferry_sock_accept(l, NULL, NULL);
+	ck_assert_int_ge(b, 0);
+	ts_connect_finish(c);
+	ck_assert_int_eq(ferry_sock_send(c, &ch, 1, 0), 1);
+	ts_read_all(b, &ch, 1);
+	ck_assert_int_eq(ferry_sock_send(b, &ch, 1, 0), 1);
+	ts_read_all(c, &ch, 1);
+	ck_assert_int_eq(ch, 'e');
+	ck_assert_int_eq(ferry_sock_close(c), 0);
+	ck_assert_int_eq(ferry_sock_close(b), 0);
+	ck_assert_int_eq(ferry_sock_close(l), 0);
+}
+END_TEST
+
 START_TEST(test_fd_merge)
 {
 	uint16_t port;
@@ -1819,6 +1868,7 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_idle_leaves_target_sgl_alone);
 	tcase_add_test(tc, test_idle_descriptors);
 	tcase_add_test(tc, test_fd_merge);
+	tcase_add_test(tc, test_accept_emfile_keeps_connection);
 	tcase_add_test(tc, test_arm_keeps_sleeper);
 	suite_add_tcase(s, tc);
 

@@ -356,6 +356,7 @@ int sock_conn_listen(struct ferry_sock *s, int backlog);
 void sock_conn_process(struct ferry_sock *s);
 /* Take a ready accepted socket; NULL if none. cm_lock held. */
 struct ferry_sock *sock_conn_take_ready(struct ferry_sock *listener);
+void sock_conn_put_back(struct ferry_sock *listener, struct ferry_sock *s);
 /*
  * sock_conn_spare_prepare - a listener's accept found nothing: make the
  * buffers of the next accepted socket now, while waiting, rather than on

@@ -333,7 +333,14 @@ int ferry_sock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int fl
 	if (ns->fd < 0 && sock_fd_give(ns, flags & SOCK_CLOEXEC) < 0) {
 		int e = errno;
 
-		sock_free(ns);
+		/* No number for it (EMFILE, say): the connection stays queued
+		 * for a later accept, as a TCP listener's does. */
+		pthread_mutex_lock(&s->cm_lock);
+		if (s->state == SOCK_LISTENING)
+			sock_conn_put_back(s, ns);
+		else
+			sock_free(ns);
+		pthread_mutex_unlock(&s->cm_lock);
 		return ERR(e);
 	}
 	if (!(flags & SOCK_CLOEXEC))

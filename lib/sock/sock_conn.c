@@ -807,6 +807,16 @@ struct ferry_sock *sock_conn_take_ready(struct ferry_sock *l)
 	return s;
 }
 
+/* Put @s, taken from @l's ready queue, back at its head; cm_lock held. */
+void sock_conn_put_back(struct ferry_sock *l, struct ferry_sock *s)
+{
+	s->next = l->ready;
+	l->ready = s;
+	if (!l->ready_tail)
+		l->ready_tail = s;
+	l->nready++;
+}
+
 /*
  * Take the socket's CM events.  While it connects or listens, they come
  * from the CM thread of this process, which may share the caller's CPU
