@@ -786,22 +786,34 @@ START_TEST(test_arena_peer_maps_kept)
 }
 END_TEST
 
-/* A piece serves one kind of object only: none sees another kind's leftovers. */
+/*
+ * A piece serves one kind of object only: none sees another kind's
+ * leftovers.  One given back unzeroed (as a recycled region is) says so
+ * to its next owner; one given back with its dirty bytes reads 0.
+ */
 START_TEST(test_arena_kinds_apart)
 {
 	struct shm_piece r, t;
 	uint8_t *addr;
 
 	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_REGION, &r), 0);
+	ck_assert(r.zero);
+	ck_assert(tu_all_bytes(r.addr, r.size, 0));
 	addr = r.addr;
-	memset(addr + 8192, 0xa5, 64);	/* past what a region's release clears */
-	shm_arena_put(&r, 0);
+	memset(addr + 8192, 0xa5, 64);
+	shm_arena_put(&r, SHM_PIECE_UNZEROED);
 	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_TABLE, &t), 0);
 	ck_assert_ptr_ne(t.addr, addr);
+	ck_assert(t.zero);
 	shm_arena_put(&t, 0);
 	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_REGION, &r), 0);
 	ck_assert_ptr_eq(r.addr, addr);	/* its own kind gets it back */
-	shm_zero_range(r.addr, r.size);
+	ck_assert(!r.zero);
+	ck_assert(tu_all_bytes(addr + 8192, 64, 0xa5));
+	shm_arena_put(&r, 8192 + 64);
+	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_REGION, &r), 0);
+	ck_assert_ptr_eq(r.addr, addr);
+	ck_assert(r.zero);
 	ck_assert(tu_all_bytes(r.addr, r.size, 0));
 	shm_arena_put(&r, 0);
 }

@@ -256,13 +256,17 @@ struct shm_piece {
 	size_t off;
 	size_t size;
 	uint8_t *addr;
+	bool zero;			/* from shm_arena_get: all of it reads 0 */
 };
 
 int shm_arena_get(size_t size, enum shm_piece_kind kind, struct shm_piece *p);
-/* Give a piece back for reuse; its first @dirty bytes may be nonzero. */
+/*
+ * Give a piece back for reuse; its first @dirty bytes may be nonzero and
+ * are zeroed here -- unless @dirty is SHM_PIECE_UNZEROED: then it is given
+ * back as it is, and its next owner (p->zero false) clears what it needs.
+ */
+#define SHM_PIECE_UNZEROED	((size_t)-1)
 void shm_arena_put(struct shm_piece *p, size_t dirty);
-/* Zero [addr, addr + len) of a shared mapping, giving whole pages back. */
-void shm_zero_range(uint8_t *addr, size_t len);
 struct shm_mapping *shm_arena_map_peer(int fd, uint64_t off, uint64_t size, const void **addr_p);
 
 

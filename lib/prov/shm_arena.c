@@ -45,7 +45,6 @@
 #define SHM_ARENA_MIN_SHIFT	6		/* 64 bytes: one cache line */
 #define SHM_ARENA_MAX_SHIFT	24		/* 16 MiB */
 #define SHM_ARENA_CLASSES	(SHM_ARENA_MAX_SHIFT - SHM_ARENA_MIN_SHIFT + 1)
-#define SHM_ARENA_ZERO_MAX	8192		/* give back: memset up to this, then punch */
 /*
  * Pieces smaller than this are cut from slabs of this size, all of one
  * kind and class: bump allocation alone would put each small piece next
@@ -59,6 +58,7 @@ struct shm_free {
 	struct shm_free *next;
 	struct shm_aseg *seg;
 	size_t off;
+	bool zero;		/* all of the piece reads 0 */
 };
 
 static struct {
@@ -166,6 +166,7 @@ int shm_arena_get(size_t size, enum shm_piece_kind kind, struct shm_piece *p)
 		arena.free[kind][c] = f->next;
 		p->seg = f->seg;
 		p->off = f->off;
+		p->zero = f->zero;
 		f->next = arena.spare;
 		arena.spare = f;
 	} else {
@@ -186,6 +187,7 @@ int shm_arena_get(size_t size, enum shm_piece_kind kind, struct shm_piece *p)
 		arena.bump = off + run;
 		p->seg = arena.cur;
 		p->off = off;
+		p->zero = true;		/* never used: a fresh file's pages */
 		/* The rest of a slab waits on the free list, lowest first. */
 		while (run > csize) {
 			struct shm_free *n = arena.spare;
@@ -197,6 +199,7 @@ int shm_arena_get(size_t size, enum shm_piece_kind kind, struct shm_piece *p)
 				continue;	/* that piece is lost to use, nothing worse */
 			n->seg = p->seg;
 			n->off = off + run;
+			n->zero = true;
 			n->next = arena.free[kind][c];
 			arena.free[kind][c] = n;
 		}
@@ -220,13 +223,14 @@ static bool shm_arena_owns_locked(const struct shm_aseg *seg)
 
 void shm_arena_put(struct shm_piece *p, size_t dirty)
 {
+	bool unzeroed = dirty == SHM_PIECE_UNZEROED;
 	unsigned int c;
 	struct shm_free *f;
 
 	if (!p->seg)
 		return;
-	if (dirty > p->size)
-		dirty = p->size;
+	if (unzeroed || dirty > p->size)
+		dirty = unzeroed ? 0 : p->size;
 	pthread_mutex_lock(&arena.lock);
 	shm_arena_adopt_locked();
 	if (!shm_arena_owns_locked(p->seg)) {
@@ -237,11 +241,13 @@ void shm_arena_put(struct shm_piece *p, size_t dirty)
 	}
 	pthread_mutex_unlock(&arena.lock);
 
-	/* Zeroed outside the lock; the piece is nobody's meanwhile. */
-	if (dirty <= SHM_ARENA_ZERO_MAX)
-		memset(p->addr, 0, dirty);
-	else
-		shm_zero_range(p->addr, dirty);
+	/*
+	 * Zeroed outside the lock; the piece is nobody's meanwhile.  Written,
+	 * not given back: the seal that keeps others from mapping a segment
+	 * writable (F_SEAL_FUTURE_WRITE) refuses punching holes in it too
+	 * (MADV_REMOVE: EPERM), so its pages stay, to be reused.
+	 */
+	memset(p->addr, 0, dirty);
 
 	pthread_mutex_lock(&arena.lock);
 	f = arena.spare;
@@ -253,6 +259,7 @@ void shm_arena_put(struct shm_piece *p, size_t dirty)
 		c = shm_arena_class(p->size);
 		f->seg = p->seg;
 		f->off = p->off;
+		f->zero = !unzeroed;
 		f->next = arena.free[p->kind][c];
 		arena.free[p->kind][c] = f;
 	}
@@ -260,21 +267,6 @@ void shm_arena_put(struct shm_piece *p, size_t dirty)
 	pthread_mutex_unlock(&arena.lock);
 	p->seg = NULL;
 	p->addr = NULL;
-}
-
-void shm_zero_range(uint8_t *addr, size_t len)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	uint8_t *end = addr + len;
-	uint8_t *lo = (uint8_t *)(((uintptr_t)addr + page - 1) & ~(uintptr_t)(page - 1));
-	uint8_t *hi = (uint8_t *)((uintptr_t)end & ~(uintptr_t)(page - 1));
-
-	if (hi <= lo || madvise(lo, (size_t)(hi - lo), MADV_REMOVE) < 0) {
-		memset(addr, 0, len);
-		return;
-	}
-	memset(addr, 0, (size_t)(lo - addr));
-	memset(hi, 0, (size_t)(end - hi));
 }
 
 /*

@@ -184,6 +184,20 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 		ferry_warn("QP %u: no room for a %zu-byte region: %m", qp->qp.qp_num, l.size);
 		return ERR(ENOMEM);
 	}
+	if (!qp->region_piece.zero) {
+		/*
+		 * Recycled: its last owner's bytes, perhaps in another layout.
+		 * The head and this layout's delivery ring must read 0 (a stale
+		 * slot could pass for a delivery); the receive ring is written
+		 * whole, first lap included (shm_rq_write_entry).
+		 */
+		size_t dq = (size_t)peer_rq_size * sizeof(struct shm_delivery);
+
+		if (dq > l.head_off)
+			dq = l.head_off;
+		memset(qp->region_piece.addr + l.head_off - dq, 0, dq);
+		memset(qp->region_piece.addr + l.head_off, 0, shm_region_head_size());
+	}
 	r = (struct shm_region *)(qp->region_piece.addr + l.head_off);
 	r->magic = SHM_MAGIC;
 	r->version = SHM_VERSION;
@@ -198,18 +212,6 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 	qp->region_head_off = l.head_off;
 	qp->rq_stride = shm_rq_stride(qp->cap.max_recv_sge);
 	return 0;
-}
-
-/*
- * A region's next owner needs all of it zeroed, the RQ ring too: a receive
- * without SGEs is not written on the ring's first lap (shm_rq_write_entry),
- * and a layout of another size puts delivery slots where receives were.
- * Whole pages are given back rather than written: a region reused stays as
- * small as a new one until it is used.
- */
-static void shm_region_clear(struct shm_piece *piece)
-{
-	shm_zero_range(piece->addr, piece->size);
 }
 
 /* A region waiting for its peer to let go of it. */
@@ -248,10 +250,10 @@ static bool shm_peer_let_go(const struct shm_region *peer, uint32_t peer_qpn, pi
 	return kill(pid, 0) < 0 && errno == ESRCH;
 }
 
+/* Its next owner clears what its own layout needs (shm_region_create). */
 static void shm_region_recycle(struct shm_piece *piece)
 {
-	shm_region_clear(piece);
-	shm_arena_put(piece, 0);
+	shm_arena_put(piece, SHM_PIECE_UNZEROED);
 }
 
 /* After fork: the parent's records, not ours to act on; retired_lock held. */

@@ -21,12 +21,13 @@ static void shm_rq_write_entry(struct shm_qp *qp, uint64_t seq)
 	uint32_t n = shm_rwqe_at(qp, seq)->num_sge;
 
 	/*
-	 * A region starts zeroed with every receive: on the first lap round
-	 * the ring a receive without SGEs (sockets post only those) is
-	 * already in place.  Not writing it keeps the ring's pages
-	 * unallocated until the peer consumes receives.
+	 * A fresh region reads zero, as does every receive without SGEs
+	 * (sockets post only those): on the ring's first lap they are in
+	 * place already, and not writing them keeps the ring's pages
+	 * unallocated until the peer consumes receives.  A recycled region
+	 * holds its last owner's receives: written whole.
 	 */
-	if (n == 0 && seq < qp->rq_size)
+	if (n == 0 && seq < qp->rq_size && qp->region_piece.zero)
 		return;
 	*(uint32_t *)ent = n;
 	memcpy(ent + 8, &qp->rq_pending[(size_t)slot * qp->cap.max_recv_sge],
