@@ -119,7 +119,8 @@ struct ferry_provider {
 	 * qp_exchange_begin sends what needs nothing from the peer,
 	 * qp_exchange_end the rest.  ENOTSUP where there is no such split.
 	 * The provider may hold @sock itself (ferry_fd_hold) instead of a
-	 * copy: the caller then closes it with ferry_fd_close.
+	 * copy: the caller then closes it with ferry_fd_close.  @sock is the
+	 * CM's own AF_UNIX SOCK_SEQPACKET socket: its kind is not checked.
 	 */
 	int (*qp_exchange_begin)(struct ferry_qp *qp, int sock);
 	int (*qp_exchange_end)(struct ferry_qp *qp, uint32_t *peer_qpn);

@@ -49,11 +49,6 @@ struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot)
 
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		goto err_inval;
-	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
-		ferry_warn("peer passed a file that is not a shrink-sealed memfd");
-		goto err_inval;
-	}
 	if ((uint64_t)st.st_size < min_size || st.st_size == 0) {
 		ferry_warn("peer passed a %lld-byte file, %zu needed",
 			   (long long)st.st_size, min_size);
@@ -66,8 +61,14 @@ struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot)
 			if (m->refs++ == 0)
 				maps_idle_kept--;	/* only kept ones stay at zero */
 			pthread_mutex_unlock(&maps_lock);
-			return m;
+			return m;	/* its seals were checked: none ever goes */
 		}
+	}
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+		pthread_mutex_unlock(&maps_lock);
+		ferry_warn("peer passed a file that is not a shrink-sealed memfd");
+		goto err_inval;
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m)

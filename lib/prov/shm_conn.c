@@ -349,11 +349,13 @@ static bool shm_hello_ok(const struct shm_msg *m)
  * kernel attaches to its HELLO: SO_PEERCRED would name whoever created the
  * socket, which for a socketpair shared across fork is not the peer.
  */
-static int shm_check_socket(int sock)
+static int shm_check_socket(int sock, bool cm_made)
 {
 	socklen_t len = sizeof(int);
 	int type, domain, on = 1;
 
+	if (cm_made)	/* the CM's own: no need to ask the kernel what it is */
+		return setsockopt(sock, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on));
 	if (getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
 		return -1;	/* ENOTSOCK, EBADF */
 	len = sizeof(int);
@@ -560,7 +562,7 @@ static int shm_qp_exchange_start(struct ferry_qp *fqp, int sock, bool share)
 	struct shm_qp *qp = to_sqp(fqp);
 	struct shm_conn *conn;
 
-	if (shm_check_socket(sock) < 0)
+	if (shm_check_socket(sock, share) < 0)
 		return -1;
 	conn = calloc(1, sizeof(*conn));
 	if (!conn)
