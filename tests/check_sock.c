@@ -12,6 +12,8 @@
  */
 #include "config.h"
 
+#include <dlfcn.h>
+
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -685,6 +687,141 @@ START_TEST(test_rcvbuf_sizes_ring)
 	free(out);
 }
 END_TEST
+
+/*
+ * The peer's target SGL entry is RDMA-written into memory the sender
+ * updates as it writes (addr += n, length -= n).  The shm provider used to
+ * copy it with memcpy, and glibc's memcpy of 16 bytes stores all 16 twice:
+ * a writer preempted between the two stores put the entry back as
+ * published after the sender had used part of it, and the sender wrote its
+ * next bytes over those (a socat relay lost 8 KiB and got stale ring bytes
+ * at the end, the length unchanged).  This process's memcpy stands for
+ * glibc's (check_ferry links libferry in, so the provider's calls come
+ * here): armed on the sender's entries, it stores a 16-byte copy twice and
+ * lets the sender write between the two stores.
+ */
+#ifndef __SANITIZE_ADDRESS__
+static void *(*ts_libc_memcpy)(void *, const void *, size_t);
+/* Armed: the 16 bytes whose copy is stored twice (the first one only). */
+static _Atomic bool ts_twice_armed;
+static struct rs_sge ts_twice_what;
+static void (*ts_twice_between)(void);
+
+static void ts_bytes(void *dst, const void *src, size_t n)
+{
+	volatile uint8_t *d = dst;
+	const volatile uint8_t *s = src;
+
+	while (n--)
+		*d++ = *s++;
+}
+
+static bool ts_same16(const void *a, const void *b)
+{
+	const volatile uint8_t *x = a, *y = b;
+	int i;
+
+	for (i = 0; i < 16; i++)
+		if (x[i] != y[i])
+			return false;
+	return true;
+}
+
+__attribute__((constructor)) static void ts_memcpy_init(void)
+{
+	ts_libc_memcpy = (void *(*)(void *, const void *, size_t))dlsym(RTLD_NEXT, "memcpy");
+}
+
+void *memcpy(void *dst, const void *src, size_t n)
+{
+	bool armed = true;
+
+	if (n == 16 && atomic_load(&ts_twice_armed) && ts_same16(src, &ts_twice_what) &&
+	    atomic_compare_exchange_strong(&ts_twice_armed, &armed, false)) {
+		uint8_t v[16];
+
+		ts_bytes(v, src, 16);
+		ts_bytes(dst, v, 16);	/* the first store */
+		ts_twice_between();	/* the writer is preempted here */
+		ts_bytes(dst, v, 16);	/* the second */
+		return dst;
+	}
+	if (!ts_libc_memcpy) {
+		ts_bytes(dst, src, n);
+		return dst;
+	}
+	return ts_libc_memcpy(dst, src, n);
+}
+
+#define TS_SGL_RING	(16 * 1024)
+#define TS_SGL_LEN	(256 * 1024)
+static int ts_sgl_sender;
+static uint8_t *ts_sgl_out;
+static _Atomic size_t ts_sgl_sent;
+
+/* Between the two stores of an entry: the sender uses half of it. */
+static void ts_sgl_between(void)
+{
+	size_t at = atomic_load(&ts_sgl_sent);
+	ssize_t n = ferry_sock_send(ts_sgl_sender, ts_sgl_out + at, TS_SGL_RING / 4, MSG_DONTWAIT);
+
+	if (n > 0)
+		atomic_fetch_add(&ts_sgl_sent, (size_t)n);
+}
+
+START_TEST(test_sgl_entry_stored_once)
+{
+	uint8_t *in = malloc(TS_SGL_LEN);
+	struct ferry_sock *sa, *sb;
+	size_t got = 0;
+	int a, b;
+
+	ts_sgl_out = malloc(TS_SGL_LEN);
+	ck_assert(in && ts_sgl_out);
+	ts_fill(ts_sgl_out, TS_SGL_LEN, 23);
+	ts_pair_opts(&a, &b, TS_SGL_RING, 0);
+	sa = sock_get(a);
+	ck_assert_ptr_nonnull(sa);
+	ts_sgl_sender = a;
+	atomic_store(&ts_sgl_sent, 0);
+	sb = sock_get(b);
+	ck_assert_ptr_nonnull(sb);
+	ck_assert(!sb->peer_swap);
+	ts_twice_between = ts_sgl_between;
+	/* What b publishes first: the second half of its ring, into a's
+	 * entry 1 (through b's own mapping of a's memory). */
+	ts_twice_what = (struct rs_sge){ (uintptr_t)(sb->rbuf + TS_SGL_RING / 2),
+					 sb->rmr->rkey, TS_SGL_RING / 2 };
+	atomic_store(&ts_twice_armed, true);
+	/* The first half (the connect data's): the receiver publishes the
+	 * second into entry 1 once it sees data. */
+	ck_assert_int_eq(ferry_sock_send(a, ts_sgl_out, TS_SGL_RING / 2, MSG_DONTWAIT),
+			 TS_SGL_RING / 2);
+	atomic_store(&ts_sgl_sent, TS_SGL_RING / 2);
+	while (got < TS_SGL_LEN) {
+		ssize_t n;
+
+		if (atomic_load(&ts_sgl_sent) < TS_SGL_LEN) {
+			size_t at = atomic_load(&ts_sgl_sent);
+
+			n = ferry_sock_send(a, ts_sgl_out + at, TS_SGL_LEN - at, MSG_DONTWAIT);
+			ck_assert_msg(n > 0 || errno == EAGAIN, "send: %s", strerror(errno));
+			if (n > 0)
+				atomic_fetch_add(&ts_sgl_sent, (size_t)n);
+		}
+		n = ferry_sock_recv(b, in + got, TS_SGL_LEN - got, MSG_DONTWAIT);
+		ck_assert_msg(n > 0 || errno == EAGAIN, "recv: %zd (%s)", n, strerror(errno));
+		got += n > 0 ? (size_t)n : 0;
+	}
+	atomic_store(&ts_twice_armed, false);
+	ck_assert(memcmp(in, ts_sgl_out, TS_SGL_LEN) == 0);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+	free(in);
+	free(ts_sgl_out);
+}
+END_TEST
+#endif
 
 /* Move @len bytes from @a to @b in one thread, checking every byte. */
 static void ts_move_checked(int a, int b, size_t len)
@@ -1838,6 +1975,9 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_accept4_flags);
 	tcase_add_test(tc, test_fionread);
 	tcase_add_test(tc, test_rcvbuf_sizes_ring);
+#ifndef __SANITIZE_ADDRESS__
+	tcase_add_test(tc, test_sgl_entry_stored_once);
+#endif
 	tcase_add_test(tc, test_accept_after_listener_resized);
 	tcase_add_test(tc, test_connect_after_resize);
 	tcase_add_test(tc, test_connect_spare_stays_parents);

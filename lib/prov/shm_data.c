@@ -33,6 +33,57 @@ struct shm_seg {
 /* --- copying --- */
 
 /*
+ * Payloads up to this size are stored into the target byte by byte once,
+ * in address order (shm_store_once); larger ones with memcpy.
+ */
+#define SHM_STORE_ONCE_MAX	64
+
+/*
+ * shm_store_once - copy a small payload into memory a peer may be reading
+ * and writing at the same time, storing each byte exactly once, in address
+ * order, 8 bytes at a time.
+ *
+ * memcpy may store a byte twice: glibc's copies of 16 to 31 bytes load the
+ * first and the last 16 and store both, and for 16 exactly both stores
+ * cover the whole of it.  rsocket's target SGL entry is such a payload: the
+ * receiver RDMA-writes {addr, key, length} into the sender's memory, the
+ * sender sees the new length, writes into the buffer and moves the entry
+ * on (addr += n, length -= n) in that same memory.  When the writer was
+ * preempted between its two stores, the second one landed after the
+ * sender's update and put the entry back as published: the sender's next
+ * write went over the data it had just written there, and every byte after
+ * it sat one write earlier in the ring than the receiver looked for it (a
+ * socat relay received a file of the right length with an 8 KiB piece gone
+ * at a ring boundary and stale ring bytes at the end).  Stored once, in
+ * order, the last word (the entry's key and length) goes last and nothing
+ * follows it.
+ */
+static void shm_store_once(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	size_t i = 0;
+	uint64_t w;
+
+	for (; i + 8 <= len; i += 8) {
+		memcpy(&w, src + i, 8);
+		atomic_thread_fence(memory_order_release);
+		__atomic_store_n((uint64_t *)(void *)(dst + i), w, __ATOMIC_RELAXED);
+	}
+	for (; i < len; i++) {
+		atomic_thread_fence(memory_order_release);
+		__atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
+	}
+}
+
+/* Copy @len bytes of a payload into mapped target memory. */
+static inline void shm_store(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	if (len <= SHM_STORE_ONCE_MAX)
+		shm_store_once(dst, src, len);
+	else
+		memcpy(dst, src, len);
+}
+
+/*
  * shm_copy - move bytes between local segments and target segments (mapped
  * here, or in process @pid).  @to_target: local -> target, else the reverse.
  * Returns 0, or an errno from process_vm_*.
@@ -46,7 +97,7 @@ static int shm_copy(pid_t pid, const struct shm_seg *loc, int nloc,
 	/* The common case: one piece each side, the target mapped here. */
 	if (nloc == 1 && ntgt == 1 && tgt[0].ptr && loc[0].len == tgt[0].len) {
 		if (to_target)
-			memcpy(tgt[0].ptr, loc[0].ptr, loc[0].len);
+			shm_store(tgt[0].ptr, loc[0].ptr, loc[0].len);
 		else
 			memcpy(loc[0].ptr, tgt[0].ptr, loc[0].len);
 		return 0;
@@ -81,7 +132,7 @@ static int shm_copy(pid_t pid, const struct shm_seg *loc, int nloc,
 
 				for (k = 0; k < n; k++) {
 					if (to_target)
-						memcpy(t, liov[k].iov_base, liov[k].iov_len);
+						shm_store(t, liov[k].iov_base, liov[k].iov_len);
 					else
 						memcpy(liov[k].iov_base, t, liov[k].iov_len);
 					t += liov[k].iov_len;

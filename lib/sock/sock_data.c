@@ -386,7 +386,10 @@ static inline void sock_target_next(struct ferry_sock *s)
 static uint32_t sock_send_space(struct ferry_sock *s)
 {
 	volatile struct rs_sge *t = sock_target(s);
-	uint32_t space = t->length, free_bytes = atomic_load(&s->sbuf_free);
+	/* The peer writes the entry's length last: what it published before
+	 * (the address) is seen with it. */
+	uint32_t space = __atomic_load_n(&t->length, __ATOMIC_ACQUIRE);
+	uint32_t free_bytes = atomic_load(&s->sbuf_free);
 
 	if (!space || sock_credits(s) <= RS_QP_CTRL_SIZE ||
 	    atomic_load(&s->sqe_avail) <= RS_QP_CTRL_SIZE)
