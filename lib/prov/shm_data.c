@@ -58,19 +58,23 @@ struct shm_seg {
  * order, the last word (the entry's key and length) goes last and nothing
  * follows it.
  */
+typedef uint64_t __attribute__((aligned(1), may_alias)) shm_u64_any;	/* any address */
+
 static void shm_store_once(uint8_t *dst, const uint8_t *src, size_t len)
 {
 	size_t i = 0;
 	uint64_t w;
 
+	/* One volatile store per word (a ring position need not be aligned);
+	 * the fences keep them in address order. */
 	for (; i + 8 <= len; i += 8) {
 		memcpy(&w, src + i, 8);
 		atomic_thread_fence(memory_order_release);
-		__atomic_store_n((uint64_t *)(void *)(dst + i), w, __ATOMIC_RELAXED);
+		*(volatile shm_u64_any *)(void *)(dst + i) = w;
 	}
 	for (; i < len; i++) {
 		atomic_thread_fence(memory_order_release);
-		__atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
+		*(volatile uint8_t *)(dst + i) = src[i];
 	}
 }
 
