@@ -39,6 +39,13 @@
 #define PERF_ALL_TESTS ((1u << PERF_TEST_COUNT) - 1)
 #define PERF_PLOT_ITERS 5000		/* --plot: -n of the size sweep */
 #define PERF_CONNECT_MAX 1000000	/* connect rows: default -n */
+/*
+ * Connect rows run in this many rounds, the transports in turns (ferry,
+ * tcp, ferry, tcp, ...), each round a share of the row's time: a burst of
+ * noise on the host then falls on both sides of the ratio, not on one
+ * transport's whole second.  The report adds a transport's rounds up.
+ */
+#define PERF_CONNECT_ROUNDS 5
 #define PERF_RATE_SIZE 64		/* rate rows: message size */
 
 static void perf_usage(FILE *out)
@@ -491,6 +498,31 @@ static void perf_plan_stream_rows(struct perf_plan *plan, const struct perf_opts
 			      tcp_mode, size);
 }
 
+/*
+ * The stream rows of one test, size and mode; connect's in rounds
+ * (PERF_CONNECT_ROUNDS), each with its share of the time and of -n.
+ */
+static void perf_plan_stream_test(struct perf_plan *plan, const struct perf_opts *o,
+				  enum perf_test test, enum perf_mode mode,
+				  size_t size, bool verbs, bool preload)
+{
+	unsigned int r, rounds = test == PERF_TEST_CONNECT ? PERF_CONNECT_ROUNDS : 1;
+	int i, first;
+
+	for (r = 0; r < rounds; r++) {
+		first = plan->nrows;
+		perf_plan_stream_rows(plan, o, test, mode, size, verbs, preload);
+		for (i = first; i < plan->nrows && rounds > 1; i++) {
+			struct perf_row *row = &plan->rows[i];
+
+			row->round = r;
+			row->rounds = rounds;
+			row->seconds /= rounds;
+			row->iters = (row->iters + rounds - 1) / rounds;
+		}
+	}
+}
+
 /* The sizes of a stream test: -S, every size for --plot, or the default. */
 static int perf_plan_stream_sizes(const struct perf_opts *o, enum perf_test test,
 				  size_t *sizes)
@@ -548,7 +580,7 @@ static void perf_plan_stream(struct perf_plan *plan, const struct perf_opts *o)
 		for (i = 0; i < n; i++)
 			for (mode = 0; mode < PERF_MODE_COUNT; mode++)
 				if (perf_plan_modes(o, test) & (1u << mode))
-					perf_plan_stream_rows(plan, o, test, mode,
+					perf_plan_stream_test(plan, o, test, mode,
 							      sizes[i], verbs,
 							      preload);
 	}

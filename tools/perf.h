@@ -143,6 +143,9 @@ struct perf_result {
 	double gbit_s, mmsg_s, seconds;	/* bw, rate */
 	uint64_t bytes;			/* bw, rate */
 	double conn_s;			/* connect */
+	unsigned int round, rounds;	/* connect: this row is round @round of
+					 * @rounds, run in turns with the other
+					 * transports' (see perf_report_row) */
 	bool skipped;			/* stream row not run: see note */
 	char note[96];			/* why it was skipped */
 };
@@ -158,6 +161,7 @@ struct perf_row {
 	uint64_t warmup;		/* lat */
 	uint64_t bytes;			/* bw */
 	double seconds;			/* bw */
+	unsigned int round, rounds;	/* connect: round @round (0..) of @rounds */
 };
 
 /* --- perf_util.c: time, control messages, errors, pinning --- */

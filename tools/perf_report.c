@@ -106,7 +106,8 @@ static void perf_report_json(const struct perf_result *r)
 		printf("\"rtt_us_min\":%.3f,\"rtt_us_p50\":%.3f,\"rtt_us_p99\":%.3f,",
 		       r->min_us, r->p50_us, r->p99_us);
 	else if (r->test == PERF_TEST_CONNECT)
-		printf("\"conn_s\":%.1f,\"seconds\":%.4f,", r->conn_s, r->seconds);
+		printf("\"conn_s\":%.1f,\"seconds\":%.4f,\"rounds\":%u,", r->conn_s,
+		       r->seconds, r->rounds ? r->rounds : 1);
 	else if (r->test == PERF_TEST_RATE)
 		printf("\"msg_s\":%.0f,\"gbit_s\":%.3f,\"bytes\":%llu,\"seconds\":%.4f,",
 		       r->mmsg_s * 1e6, r->gbit_s, (unsigned long long)r->bytes,
@@ -143,10 +144,53 @@ static void perf_report_human(const struct perf_result *r)
 		       r->mmsg_s, "-");
 }
 
+/*
+ * A connect row run in rounds (PERF_CONNECT_ROUNDS in ferry-perf.c): the
+ * first round's result is kept, the later ones add their connections and
+ * time to it, and the sum is printed after the last.  Returns the row to
+ * print, or NULL while rounds are still to come.
+ */
+static const struct perf_result *perf_report_round(const struct perf_result *res)
+{
+	struct perf_result *acc = NULL;
+	int i;
+
+	for (i = report.nrows - 1; i >= 0 && res->round > 0; i--) {
+		struct perf_result *r = &report.rows[i];
+
+		if (r->rounds == res->rounds && r->test == res->test && r->op == res->op &&
+		    r->transport == res->transport && r->mode == res->mode &&
+		    r->size == res->size) {
+			acc = r;
+			break;
+		}
+	}
+	if (!acc) {
+		if (report.nrows == PERF_REPORT_MAX_ROWS)
+			return res->round + 1 < res->rounds ? NULL : res;
+		acc = &report.rows[report.nrows++];
+		*acc = *res;
+	} else if (!acc->skipped) {
+		if (res->skipped) {
+			acc->skipped = true;
+			memcpy(acc->note, res->note, sizeof(acc->note));
+		}
+		acc->iters += res->iters;
+		acc->seconds += res->seconds;
+		acc->conn_s = acc->iters / (acc->seconds > 0 ? acc->seconds : 1e-9);
+	}
+	return res->round + 1 < res->rounds ? NULL : acc;
+}
+
 void perf_report_row(const struct perf_result *res)
 {
-	if (report.nrows < PERF_REPORT_MAX_ROWS)
+	if (res->rounds > 1) {
+		res = perf_report_round(res);
+		if (!res)
+			return;
+	} else if (report.nrows < PERF_REPORT_MAX_ROWS) {
 		report.rows[report.nrows++] = *res;
+	}
 	if (report.json)
 		perf_report_json(res);
 	else

@@ -161,6 +161,8 @@ static void perf_client_row(struct perf_session *s, const struct perf_row *row,
 	res->size = row->size;
 	if (row->op == PERF_OP_STREAM) {
 		perf_client_stream_row(s, row, res);
+		res->round = row->round;	/* the plan's, not on the wire */
+		res->rounds = row->rounds;
 		return;
 	}
 	if (row->transport == PERF_TR_MEMCPY) {	/* one process, no peer */
