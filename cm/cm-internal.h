@@ -179,6 +179,9 @@ struct cm_id_priv {
 	bool sync;			/* created without a channel */
 	enum cm_state state;		/* the owner's (see Threads above) */
 	bool in_loop;			/* the CM thread owns the id */
+	/* No DISCONNECTED wanted (ferry_cm_quiet): once established, the
+	 * transport need not watch the connection for hang-up. */
+	bool quiet;
 	const struct cm_transport *tp;	/* chosen by resolve / request */
 	void *tp_data[CM_TP_MAX];	/* per transport, by cm_transports[] index */
 	bool bound;			/* ferry_bind_addr reserved src_addr */

@@ -110,6 +110,7 @@ struct cm_id_priv *cm_id_new_request(struct cm_id_priv *listener,
 	id->tp = tp;
 	id->state = CM_CONNECT_REQ;
 	id->in_loop = true;	/* born in the CM thread */
+	id->quiet = listener->quiet;
 	return id;
 }
 
@@ -131,6 +132,12 @@ static int cm_destroy_op(void *arg)
 	cm_id_teardown(id);
 	id->in_loop = false;	/* nothing in the loop leads to it any more */
 	return 0;
+}
+
+void ferry_cm_quiet(struct ferry_cm_id *id)
+{
+	if (id)
+		to_cm_id(id)->quiet = true;
 }
 
 void ferry_cm_detach(struct ferry_cm_id *id)

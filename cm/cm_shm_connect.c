@@ -110,7 +110,7 @@ static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *ms
 		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, e);
 		return;
 	}
-	if (shm_cm_watch_hangup(st) < 0) {
+	if (!id->quiet && shm_cm_watch_hangup(st) < 0) {
 		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, ENOMEM);
 		return;
 	}

@@ -332,7 +332,7 @@ int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
 	if (cm_qp_to_rts(id, peer_qpn, &qpp) < 0)
 		goto err_close;
 	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, NULL);
-	if (shm_cm_watch_hangup(st) < 0) {
+	if (!id->quiet && shm_cm_watch_hangup(st) < 0) {
 		/* Unwatched, the connection could die unseen: end it now. */
 		shm_cm_close_sock(st);
 		cm_id_disconnected(id);

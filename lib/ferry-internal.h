@@ -286,6 +286,16 @@ struct ferry_pd *ferry_alloc_pd_small(struct ferry_context *context, uint32_t ma
 pid_t ferry_pid(void);
 struct ferry_cm_id;
 void ferry_cm_detach(struct ferry_cm_id *id);
+/*
+ * ferry_cm_quiet - @id (a listener: the ids of its connections too) wants
+ * no DISCONNECTED event once established, so its transport may leave the
+ * connection unwatched: on shm the CM thread then is not woken by every
+ * peer that goes (the provider's monitor still is, and takes the QP to
+ * ERR).  Call it on a fresh id, before connect or listen.  For stream
+ * sockets, whose peers end in band and whose connected ids' events go to
+ * a channel nobody reads.
+ */
+void ferry_cm_quiet(struct ferry_cm_id *id);
 
 /*
  * ferry_fork_child - call in a child of fork() that goes on using

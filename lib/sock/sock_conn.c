@@ -523,6 +523,7 @@ int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen
 	if (sock_own_chan(s) < 0 ||
 	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0)
 		goto err;
+	ferry_cm_quiet(s->id);	/* the peer's end comes in band, or as QP errors */
 	if (ferry_resolve_addr(s->id, s->bound.sa.sa_family ? &s->bound.sa : NULL,
 			       (struct sockaddr *)&dst, SOCK_CM_TIMEOUT_MS) < 0)
 		goto err;
@@ -616,6 +617,7 @@ int sock_conn_listen(struct ferry_sock *s, int backlog)
 	if (sock_own_chan(s) < 0 ||
 	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0)
 		goto err;
+	ferry_cm_quiet(s->id);	/* and its connections' ids */
 	if (!s->bound.sa.sa_family) {
 		memset(&any, 0, sizeof(any));
 		any.ss_family = (sa_family_t)s->domain;
