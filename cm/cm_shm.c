@@ -31,7 +31,9 @@
  * of us lets go last closes it), watches it for hang-up and may read BLOCK
  * messages from it.  So from then on the CM never reads it: it
  * only watches it for EV_CLOSED (EPOLLRDHUP), and shutdown()s it to
- * disconnect, which both providers' monitors and both CMs see.
+ * disconnect, which both providers' monitors and both CMs see.  A quiet
+ * id (ferry_cm_quiet: stream sockets) is not watched at all: it wants no
+ * DISCONNECTED, and the provider's monitor sees the hang-up for its QP.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
