@@ -32,19 +32,23 @@
  * ferry_alloc memfd is closed once the connection is up
  * (ferry_block_drop_fd: the peer has mapped it).  The MR table, the notify
  * word and the QP region are pieces of the process's arena, and the
- * peer's monitor eventfd is kept once per peer process (prov/shm).  A
+ * peer's monitor is kicked by name, as its CQs are woken (prov/shm).  A
  * process's hard limit of 20000 fds therefore holds about 9,990 idle
  * connections; 10,000 would need one descriptor per connection: the
  * connection's AF_UNIX end as the socket's number, carrying the peer's
  * wake-ups (a record on it) as well as its hang-up.  What that leaves:
  * wake-ups made in this process cannot raise that socket -- a blocking
  * call sleeps on futexes already (sock_wait), and a local error can shut
- * the socket down, which wakes its pollers; the provider's announcements
- * (BLOCK, TABLE) would share the socket with the wake-ups, but a socket
- * without iomaps at either end has none once connected (those with
- * iomaps would keep 2); and the CM and the monitor watch the socket by
- * its number, which a client's socket would have to take over after they
- * began (an accepted one can be given its own).
+ * the socket down, which wakes its pollers, but a send the monitor thread
+ * completes after an RNR wait frees ring space no poller would hear of
+ * (the peer would have to wake us after our monitor ran, or a poll with a
+ * send in that state would have to run the SQ itself); the provider's
+ * announcements (BLOCK, TABLE) would share the socket with the wake-ups,
+ * but a socket without iomaps at either end has none once connected (those
+ * with iomaps would keep 2); and the monitor watches the socket by its
+ * number (the CM does not: stream sockets' ids are quiet), which a
+ * client's socket would have to take over after it began (an accepted one
+ * can be given its own).
  *
  * Locks (always taken in this order, each one optional):
  *   slock  - one sender at a time: the send ring, the current target SGE;
