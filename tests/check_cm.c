@@ -19,6 +19,7 @@
 #include <check.h>
 
 #include "check_suites.h"
+#include "ferry-internal.h"
 #include "cm_shm.h"
 #include "cmtest.h"
 #include "testutil.h"
@@ -404,6 +405,44 @@ START_TEST(test_disconnect_both_sides)
 }
 END_TEST
 
+/*
+ * A quiet listener's connections (ferry_cm_quiet, as stream sockets ask)
+ * get no DISCONNECTED when the peer goes, since the shm CM does not watch
+ * them; their QP still goes to ERR (the provider's monitor sees the
+ * hang-up), and disconnecting or destroying them still works.  The same
+ * pair without quiet does get the event (test_disconnect_both_sides).
+ */
+START_TEST(test_quiet_ids)
+{
+	struct sockaddr_storage dst;
+	struct cmt_end l, c, s;
+	struct pollfd p;
+	uint16_t port;
+
+	if (!tu_on_shm()) {
+		printf("SKIP test_quiet_ids on %s: librdmacm reports every DISCONNECTED\n",
+		       tu_transport());
+		return;
+	}
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	ferry_cm_quiet(l.id);
+	cmt_addr(&dst, AF_INET, port);
+	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
+	ck_assert_int_eq(cmt_accept(&l, &s), 0);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert_int_eq(ferry_disconnect(c.id), 0);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_DISCONNECTED), 0);
+	ck_assert(tu_wait_qp_state(s.id->qp, FERRY_QPS_ERR, TU_WAIT_MS));
+	/* An event would be on its way by now; give it a moment anyway. */
+	p = (struct pollfd){ .fd = l.ch->fd, .events = POLLIN };
+	ck_assert_int_eq(poll(&p, 1, 200), 0);
+	ck_assert_int_eq(ferry_disconnect(s.id), 0);
+	cmt_close(&c);
+	cmt_close(&s);
+	cmt_close(&l);
+}
+END_TEST
+
 /* --- synchronous ids --- */
 
 struct cm_sync_server {
@@ -591,6 +630,7 @@ Suite *cm_suite(void)
 	tcase_add_test(conn, test_no_listener_refused);
 	tcase_add_test(conn, test_private_data_limits);
 	tcase_add_test(conn, test_disconnect_both_sides);
+	tcase_add_test(conn, test_quiet_ids);
 	suite_add_tcase(s, conn);
 
 	tcase_set_timeout(sync, TU_TCASE_TIMEOUT);
