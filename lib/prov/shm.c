@@ -622,6 +622,14 @@ static void shm_notify_update(struct shm_cq *scq, uint64_t gen, uint32_t clear, 
 	atomic_store(&scq->notify->word, SHM_NOTIFY_WORD(gen, (w & SHM_NOTIFY_BITS & ~clear) | set));
 }
 
+/* shm_notify_update under scq->lock, in a new generation if @new_gen. */
+static void shm_notify_change(struct shm_cq *scq, bool new_gen, uint32_t clear, uint32_t set)
+{
+	ferry_lock(&scq->lock);
+	shm_notify_update(scq, new_gen ? ++scq->gen : scq->gen, clear, set);
+	ferry_unlock(&scq->lock);
+}
+
 /* A single-CQ channel's event: its wake socket had something. */
 static int shm_cq_event_single(struct shm_channel *sch, struct shm_cq **scq_p, bool nowait)
 {
@@ -808,23 +816,15 @@ static int shm_destroy_cq(struct ferry_cq *cq)
 
 static int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
 {
-	struct shm_cq *scq = to_scq(cq);
-	uint32_t mode = solicited_only ? SHM_NOTIFY_SOLICITED : SHM_NOTIFY_ALL;
-
-	ferry_lock(&scq->lock);
-	shm_notify_update(scq, ++scq->gen, SHM_NOTIFY_MODES, mode);
-	ferry_unlock(&scq->lock);
+	shm_notify_change(to_scq(cq), true, SHM_NOTIFY_MODES,
+			  solicited_only ? SHM_NOTIFY_SOLICITED : SHM_NOTIFY_ALL);
 	return 0;
 }
 
 /* The peer reads the word before it signals: NONE, and it does not. */
 static void shm_disarm_cq(struct ferry_cq *cq)
 {
-	struct shm_cq *scq = to_scq(cq);
-
-	ferry_lock(&scq->lock);
-	shm_notify_update(scq, scq->gen, SHM_NOTIFY_MODES, 0);
-	ferry_unlock(&scq->lock);
+	shm_notify_change(to_scq(cq), false, SHM_NOTIFY_MODES, 0);
 }
 
 /*
@@ -859,11 +859,7 @@ static int shm_cq_sleep_prepare(struct ferry_cq *cq, struct ferry_cq_sleep *t)
 
 static void shm_cq_sleep_cancel(struct ferry_cq *cq)
 {
-	struct shm_cq *scq = to_scq(cq);
-
-	ferry_lock(&scq->lock);
-	shm_notify_update(scq, scq->gen, SHM_NOTIFY_FUTEX, 0);
-	ferry_unlock(&scq->lock);
+	shm_notify_change(to_scq(cq), false, SHM_NOTIFY_FUTEX, 0);
 }
 
 static int shm_cq_sleep(struct ferry_cq *cq, struct ferry_cq_sleep *t, int timeout_ms)
