@@ -151,6 +151,9 @@ struct cm_transport {
 	int (*disconnect)(struct cm_id_priv *id);
 	/* Release the transport's state of @id; tell a connected peer. */
 	void (*destroy)(struct cm_id_priv *id);
+	/* Optional: an established quiet id lets go of what the provider
+	 * holds as well (ferry_cm_let_go). */
+	void (*let_go)(struct cm_id_priv *id);
 };
 
 extern const struct cm_transport cm_shm_transport;

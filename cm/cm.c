@@ -612,6 +612,23 @@ int ferry_disconnect(struct ferry_cm_id *id)
 				 to_cm_id(id));
 }
 
+static int cm_let_go_op(void *arg)
+{
+	struct cm_id_priv *id = arg;
+
+	if (id->state != CM_ESTABLISHED || !id->quiet || !id->tp->let_go)
+		return ERR(EINVAL);
+	id->tp->let_go(id);
+	return 0;
+}
+
+int ferry_cm_let_go(struct ferry_cm_id *id)
+{
+	if (!id)
+		return ERR(EINVAL);
+	return cm_id_call_taking(to_cm_id(id), to_cm_id(id)->tp, cm_let_go_op, to_cm_id(id));
+}
+
 /* --- addresses and names --- */
 
 struct sockaddr *ferry_get_local_addr(struct ferry_cm_id *id)

@@ -34,6 +34,8 @@
  * disconnect, which both providers' monitors and both CMs see.  A quiet
  * id (ferry_cm_quiet: stream sockets) is not watched at all: it wants no
  * DISCONNECTED, and the provider's monitor sees the hang-up for its QP.
+ * Once established it may let go of the socket altogether (ferry_cm_let_go,
+ * shm_cm_let_go), leaving the provider the one holder.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -415,6 +417,23 @@ static int shm_cm_disconnect(struct cm_id_priv *id)
 	return 0;
 }
 
+/*
+ * A quiet id, established, never looks at its socket again: the provider,
+ * which holds it too, may keep it alone (and make it a stream socket's
+ * own, ferry_comp_channel_on_conn).  Its disconnect then reaches the peer
+ * through the QP's error (the provider shuts such a socket down).
+ */
+static void shm_cm_let_go(struct cm_id_priv *id)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+
+	if (!st || st->sock < 0)
+		return;
+	shm_cm_disarm(st);
+	ferry_fd_close(st->sock);
+	st->sock = -1;
+}
+
 const struct cm_transport cm_shm_transport = {
 	.name = "shm",
 	.calls_inline = true,
@@ -432,4 +451,5 @@ const struct cm_transport cm_shm_transport = {
 	.reject = shm_cm_reject,
 	.disconnect = shm_cm_disconnect,
 	.destroy = shm_cm_destroy,
+	.let_go = shm_cm_let_go,
 };

@@ -74,6 +74,7 @@ static void *cm_thread_main(void *arg)
 	struct event_base *base = arg;
 	struct sched_param sp = { .sched_priority = 0 };
 
+	ferry_own_thread = true;
 	/*
 	 * A caller that hands us work keeps its CPU until it waits: woken, we
 	 * would otherwise preempt it at once (when the process is pinned to

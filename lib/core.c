@@ -271,6 +271,8 @@ __attribute__((constructor)) static void ferry_pid_init(void)
 	pthread_atfork(NULL, NULL, ferry_pid_renew);
 }
 
+__thread bool ferry_own_thread;
+
 pid_t ferry_pid(void)
 {
 	pid_t pid = __atomic_load_n(&ferry_pid_cached, __ATOMIC_RELAXED);
@@ -394,6 +396,16 @@ int ferry_comp_channel_renumber(struct ferry_comp_channel *channel, int fd)
 	if (!channel->context->provider->renumber_comp_channel)
 		return ERR(EOPNOTSUPP);
 	return channel->context->provider->renumber_comp_channel(channel, fd);
+}
+
+int ferry_comp_channel_on_conn(struct ferry_comp_channel *channel, struct ferry_qp *qp, int fd,
+			       bool cloexec)
+{
+	if (!channel || !qp || qp->context != channel->context)
+		return ERR(EINVAL);
+	if (!channel->context->provider->comp_channel_on_conn)
+		return ERR(EOPNOTSUPP);
+	return channel->context->provider->comp_channel_on_conn(channel, qp, fd, cloexec);
 }
 
 /**

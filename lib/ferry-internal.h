@@ -85,8 +85,10 @@ struct ferry_provider {
 	/* Optional: a channel for one CQ ever (ferry_create_comp_channel_single). */
 	struct ferry_comp_channel *(*create_comp_channel_single)(struct ferry_context *ctx);
 	int (*destroy_comp_channel)(struct ferry_comp_channel *ch);
-	/* Optional: ferry_comp_channel_renumber. */
+	/* Optional: ferry_comp_channel_renumber, ferry_comp_channel_on_conn. */
 	int (*renumber_comp_channel)(struct ferry_comp_channel *ch, int fd);
+	int (*comp_channel_on_conn)(struct ferry_comp_channel *ch, struct ferry_qp *qp, int fd,
+				    bool cloexec);
 	int (*get_cq_event)(struct ferry_comp_channel *ch, struct ferry_cq **cq_p);
 	/* Optional: get_cq_event that never blocks nor asks the fd whether
 	 * it may (ferry_cq_event_poll). */
@@ -274,6 +276,23 @@ struct ferry_comp_channel *ferry_create_comp_channel_single(struct ferry_context
  */
 int ferry_comp_channel_renumber(struct ferry_comp_channel *channel, int fd);
 /*
+ * ferry_comp_channel_on_conn - @channel (single, renumbered or not), whose
+ * CQ takes the receives of @qp alone, connected through the CM, becomes
+ * the QP's connection to its peer: its fd is the connection's AF_UNIX
+ * socket, put on number @fd (dup3, closing what was there; -1: the lowest
+ * free number, close-on-exec if @cloexec), and the peer wakes the CQ with
+ * a record on that socket.  The CQ's own wake socket goes: one descriptor
+ * for the connection and its channel.  The caller then holds the number
+ * as it holds a renumbered channel's, closing it with ferry_fd_close; the
+ * peer's hang-up shows on it as on any socket.  Nobody may be waiting on
+ * the channel meanwhile, and the peer must announce no memory blocks
+ * later (BLOCK messages would be read as wake-ups).  Returns the number,
+ * or -1: EOPNOTSUPP where the provider has no such connection (verbs, a
+ * QP connected some other way, or not connected).
+ */
+int ferry_comp_channel_on_conn(struct ferry_comp_channel *channel, struct ferry_qp *qp, int fd,
+			       bool cloexec);
+/*
  * ferry_alloc_pd_small - a PD whose caller will register at most
  * @max_remote MRs with remote access (any number without): where the
  * provider keeps a table of them that peers read (shm), it is sized for
@@ -284,6 +303,15 @@ int ferry_comp_channel_renumber(struct ferry_comp_channel *channel, int fd);
 struct ferry_pd *ferry_alloc_pd_small(struct ferry_context *context, uint32_t max_remote);
 /* getpid() without a system call (kept right across fork). */
 pid_t ferry_pid(void);
+/*
+ * ferry_own_thread - true in ferry's own threads (the CM's, the shm
+ * monitor, keepalives).  The preload shim passes their system calls to
+ * the kernel untouched, even on a descriptor the program knows: a stream
+ * socket whose number is its connection's socket
+ * (ferry_comp_channel_on_conn) is shut down, watched and written to by
+ * them, never as the program's socket.
+ */
+extern __thread bool ferry_own_thread;
 struct ferry_cm_id;
 void ferry_cm_detach(struct ferry_cm_id *id);
 /*
@@ -296,6 +324,13 @@ void ferry_cm_detach(struct ferry_cm_id *id);
  * a channel nobody reads.
  */
 void ferry_cm_quiet(struct ferry_cm_id *id);
+/*
+ * ferry_cm_let_go - a quiet @id, established, keeps nothing of its
+ * connection the provider holds as well (shm: its socket, so that the
+ * stream socket can own it alone, ferry_comp_channel_on_conn).  EINVAL
+ * for any other id, or where there is nothing to let go (verbs).
+ */
+int ferry_cm_let_go(struct ferry_cm_id *id);
 
 /*
  * ferry_fork_child - call in a child of fork() that goes on using

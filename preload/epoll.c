@@ -43,6 +43,8 @@ struct fp_ep_item {
 	bool ready;			/* level-triggered and ready at the last look */
 	bool et_seen;			/* edge-triggered: reported ready, no edge since */
 	bool disabled;			/* ONESHOT item reported */
+	bool unwatched;			/* disabled, its wake fds out of the hidden set:
+					 * a hung-up socket would wake it for ever */
 	bool deleted;			/* EPOLL_CTL_DEL'd: kept, watched, for a re-ADD */
 	bool kernel_hint;		/* listener: its kernel half may be readable */
 	bool armed;			/* its next change raises its wake fd ... */
@@ -177,6 +179,15 @@ static void fp_ep_watch(struct fp_ep *ep, struct fp_ep_item *it, bool on)
 	}
 }
 
+/* An item enabled again watches its wake fds again. */
+static void fp_ep_rewatch(struct fp_ep *ep, struct fp_ep_item *it)
+{
+	if (it->unwatched) {
+		fp_ep_watch(ep, it, true);
+		it->unwatched = false;
+	}
+}
+
 /* Let go of @it for good: out of the hidden set and the list (*pp). */
 static void fp_ep_remove(struct fp_ep *ep, struct fp_ep_item *it, struct fp_ep_item **pp)
 {
@@ -247,6 +258,7 @@ FP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 			it->data = ev->data;
 			it->disabled = it->et_seen = it->ready = false;
 			it->pending = it->kernel_hint = true;
+			fp_ep_rewatch(ep, it);
 			ep->nitems++;
 			break;
 		}
@@ -287,6 +299,7 @@ FP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		it->disabled = false;
 		it->et_seen = false;
 		it->pending = it->kernel_hint = true;
+		fp_ep_rewatch(ep, it);
 		break;
 	case EPOLL_CTL_DEL:
 		if (!it) {
@@ -453,6 +466,14 @@ static void fp_ep_woken(struct fp_ep *ep, struct epoll_event *hev, int n)
 		if (it->deleted) {
 			/* Only a cache for a re-ADD: not worth a wake-up. */
 			fp_ep_remove(ep, it, pp);
+			continue;
+		}
+		if (it->disabled) {
+			/* Nothing to report until EPOLL_CTL_MOD, which looks at
+			 * it anyway: a socket whose peer hung up must not keep
+			 * waking the set meanwhile. */
+			fp_ep_watch(ep, it, false);
+			it->unwatched = true;
 			continue;
 		}
 		if (hev[i].data.u64 & 1) {

@@ -44,6 +44,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "ferry-internal.h"
+
 #define FP_EXPORT __attribute__((visibility("default")))
 
 /* --- real.c: libc's functions, found with dlsym(RTLD_NEXT) --- */
@@ -105,9 +107,10 @@ void fp_real_init(void);
 
 extern __thread int fp_depth __attribute__((tls_model("initial-exec")));
 
+/* In ferry, called by the shim, or in one of ferry's own threads. */
 static inline bool fp_inside(void)
 {
-	return fp_depth > 0;
+	return fp_depth > 0 || ferry_own_thread;
 }
 #define FP_ENTER() (fp_depth++)
 #define FP_LEAVE() (fp_depth--)

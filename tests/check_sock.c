@@ -515,13 +515,18 @@ static void ts_child_send_and_hang(int fd)
 START_TEST(test_econnreset_on_sigkill)
 {
 	static const struct ts_child child = { ts_child_send_and_hang };
-	int l, b, status;
+	int l, b, to, status;
 	pid_t pid = ts_fork_client(&child, &l);
 	char buf[8];
 
 	b = ferry_sock_accept(l, NULL, NULL);
 	ck_assert_int_ge(b, 0);
 	ts_read_all(b, buf, 5);
+	/* Moved, as the preload shim moves sockets: the hang-up follows. */
+	to = dup(b);
+	ck_assert_int_ge(to, 0);
+	ck_assert_int_eq(sock_renumber(b, to), 0);
+	b = to;
 	kill(pid, SIGKILL);
 	waitpid(pid, &status, 0);
 	ck_assert(ts_poll(b, POLLIN, TS_TIMEOUT_MS) & (POLLIN | POLLERR | POLLHUP));
@@ -1609,7 +1614,7 @@ END_TEST
  * shm; see the list atop sock-internal.h): the ring's memfd is not among
  * them once the connection is up, the peer has mapped it.
  */
-#define TS_IDLE_PAIR_FDS	5	/* client's (non-blocking: 3) and accepted end's (2) */
+#define TS_IDLE_PAIR_FDS	4	/* client's (non-blocking: 3) and accepted end's (1) */
 #define TS_IDLE_PAIRS		8
 
 START_TEST(test_idle_descriptors)
@@ -1650,13 +1655,24 @@ START_TEST(test_idle_descriptors)
 }
 END_TEST
 
-/* Is @fd a datagram socket (a CQ's wake socket), not an epoll set? */
-static bool ts_fd_is_dgram(int fd)
+/* Is @fd a socket of @type (a CQ's wake socket: SOCK_DGRAM; the
+ * connection's own: SOCK_SEQPACKET), not an epoll set? */
+static bool ts_fd_is(int fd, int want)
 {
 	int type = 0;
 	socklen_t len = sizeof(type);
 
-	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_DGRAM;
+	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == want;
+}
+
+static bool ts_fd_is_dgram(int fd)
+{
+	return ts_fd_is(fd, SOCK_DGRAM);
+}
+
+static bool ts_fd_is_conn(int fd)
+{
+	return ts_fd_is(fd, SOCK_SEQPACKET);
 }
 
 /*
@@ -1790,12 +1806,14 @@ START_TEST(test_fd_merge)
 	a0 = a;
 	if (!tu_on_shm()) {
 		printf("SKIP test_fd_merge on %s: its channel is the device's\n", tu_transport());
-		ck_assert(!ts_fd_is_dgram(a) && !ts_fd_is_dgram(b));
+		ck_assert(!ts_fd_is_conn(a) && !ts_fd_is_conn(b));
 	} else {
-		ck_assert(ts_fd_is_dgram(a));
-		ck_assert(ts_fd_is_dgram(b));
+		/* Each end is its connection's socket: one descriptor. */
+		ck_assert(ts_fd_is_conn(a));
+		ck_assert(ts_fd_is_conn(b));
 		ck_assert(sock_get(a)->fd_is_cch && sock_get(b)->fd_is_cch);
 		ck_assert_int_eq(sock_get(a)->cch->fd, a);
+		ck_assert_int_eq(cmt_count_fds(), fds_before + 2);
 	}
 	ts_move_checked(a, b, 3 * (size_t)sock_get(b)->rbuf_size);
 	ts_move_checked(b, a, 3 * (size_t)sock_get(a)->rbuf_size);
@@ -1816,10 +1834,89 @@ START_TEST(test_fd_merge)
 	ck_assert_int_eq(cmt_count_fds(), fds_before);
 	/* A non-blocking connect keeps its set. */
 	ts_pair(&c, &d);
-	ck_assert(!ts_fd_is_dgram(c));
+	ck_assert(!ts_fd_is_dgram(c) && !ts_fd_is_conn(c));
 	ck_assert(!sock_get(c)->fd_is_cch);
 	ck_assert_int_eq(ferry_sock_close(c), 0);
 	ck_assert_int_eq(ferry_sock_close(d), 0);
+	ferry_sock_close(l);
+}
+END_TEST
+
+/*
+ * A peer with an iomap announces memory on the connection later: its
+ * client keeps the CQ's wake socket as its number (2 descriptors), while
+ * the accepted end, whose peer has none, is its connection.  Both work.
+ */
+START_TEST(test_fd_on_conn_iomap_peer)
+{
+	int l, a, b, iomap = 2;
+	uint16_t port;
+	char ch = 'i';
+
+	l = ts_listen(&port);
+	ck_assert_int_eq(ferry_sock_setsockopt(l, SOL_FERRY, FERRY_IOMAPSIZE, &iomap,
+					       sizeof(iomap)), 0);
+	ts_pair_blocking(l, port, &a, &b);
+	if (tu_on_shm()) {
+		ck_assert(ts_fd_is_dgram(a));
+		ck_assert(ts_fd_is_conn(b));
+	}
+	ts_move_checked(a, b, 3 * (size_t)sock_get(b)->rbuf_size);
+	ts_move_checked(b, a, 3 * (size_t)sock_get(a)->rbuf_size);
+	ck_assert_int_eq(ferry_sock_send(b, &ch, 1, 0), 1);
+	ts_read_all(a, &ch, 1);
+	ck_assert_int_eq(ch, 'i');
+	ck_assert_int_eq(ferry_sock_close(a), 0);
+	ck_assert_int_eq(ferry_sock_close(b), 0);
+	ferry_sock_close(l);
+}
+END_TEST
+
+struct ts_poller {
+	int fd;
+	short revents;
+};
+
+static void *ts_poll_long(void *arg)
+{
+	struct ts_poller *p = arg;
+
+	p->revents = ts_poll(p->fd, POLLIN, -1);
+	return NULL;
+}
+
+/*
+ * A socket that is its connection's socket is not woken by datagrams: a
+ * QP error made here (not by the peer) must still reach a thread asleep
+ * in poll with no timeout, which the provider does by shutting the
+ * socket down.
+ */
+START_TEST(test_fd_on_conn_local_error_wakes_poller)
+{
+	struct ts_poller p = { .fd = -1 };
+	struct ferry_qp_attr attr = { .qp_state = FERRY_QPS_ERR };
+	struct timespec ts;
+	int l, a, b;
+	uint16_t port;
+	pthread_t th;
+
+	l = ts_listen(&port);
+	ts_pair_blocking(l, port, &a, &b);
+	p.fd = a;
+	ck_assert_int_eq(pthread_create(&th, NULL, ts_poll_long, &p), 0);
+	usleep(100000);		/* past FERRY_POLL_US: asleep in poll(2) */
+	ck_assert_int_eq(ferry_modify_qp(sock_get(a)->qp, &attr, FERRY_QP_STATE), 0);
+	/* Not woken, it would sleep for ever: a generous bound, not a timing. */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += TS_TIMEOUT_MS / 1000;
+	if (pthread_timedjoin_np(th, NULL, &ts) != 0) {
+		pthread_cancel(th);
+		pthread_join(th, NULL);
+		ck_abort_msg("a poller of the socket slept through its QP's error");
+	}
+	ck_assert(p.revents & (POLLERR | POLLHUP));
+	ferry_sock_close(a);
+	ferry_sock_close(b);
 	ferry_sock_close(l);
 }
 END_TEST
@@ -2014,6 +2111,8 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_idle_leaves_target_sgl_alone);
 	tcase_add_test(tc, test_idle_descriptors);
 	tcase_add_test(tc, test_fd_merge);
+	tcase_add_test(tc, test_fd_on_conn_iomap_peer);
+	tcase_add_test(tc, test_fd_on_conn_local_error_wakes_poller);
 	tcase_add_test(tc, test_accept_emfile_keeps_connection);
 	tcase_add_test(tc, test_arm_keeps_sleeper);
 	suite_add_tcase(s, tc);

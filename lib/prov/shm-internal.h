@@ -48,7 +48,7 @@
 #include "lock.h"
 
 #define SHM_MAGIC		0x46525931u	/* "FRY1" */
-#define SHM_VERSION		5u	/* 5: HELLO names the CQ's wake socket */
+#define SHM_VERSION		6u	/* 6: a CQ may be woken over the connection */
 
 #define SHM_MAX_QP_WR		(1u << 15)	/* queue depth limit */
 #define SHM_MAX_SGE		16u
@@ -88,20 +88,26 @@ struct shm_mr_entry {
 };
 
 /*
- * A CQ's arm state, read by peers: (generation << 3) | bits -- a mode for
+ * A CQ's arm state, read by peers: (generation << 4) | bits -- a mode for
  * its channel (a datagram to its wake socket) and SHM_NOTIFY_FUTEX for a
  * thread asleep on the futexes (ferry_cq_sleep: the peer raises its
- * region's wake_seq), each signalled once per generation.
+ * region's wake_seq), each signalled once per generation.  SHM_NOTIFY_CONN
+ * is no arm but how the channel is woken, for good once set: its
+ * descriptor is the connection's own socket (ferry_comp_channel_on_conn),
+ * so the peer sends a record on its end of it instead of a datagram to
+ * the CQ's name.
  */
 #define SHM_NOTIFY_NONE		0u
 #define SHM_NOTIFY_ALL		1u
 #define SHM_NOTIFY_SOLICITED	2u
 #define SHM_NOTIFY_FUTEX	4u
+#define SHM_NOTIFY_CONN		8u
 #define SHM_NOTIFY_MODES	3u	/* the mode's bits */
-#define SHM_NOTIFY_BITS		(SHM_NOTIFY_MODES | SHM_NOTIFY_FUTEX)
+#define SHM_NOTIFY_ARMS		(SHM_NOTIFY_MODES | SHM_NOTIFY_FUTEX)
+#define SHM_NOTIFY_BITS		(SHM_NOTIFY_ARMS | SHM_NOTIFY_CONN)
 #define SHM_NOTIFY_MODE(w)	((uint32_t)((w) & SHM_NOTIFY_MODES))
-#define SHM_NOTIFY_GEN(w)	((w) >> 3)
-#define SHM_NOTIFY_WORD(gen, bits)	((uint64_t)(gen) << 3 | (bits))
+#define SHM_NOTIFY_GEN(w)	((w) >> 4)
+#define SHM_NOTIFY_WORD(gen, bits)	((uint64_t)(gen) << 4 | (bits))
 
 struct shm_notify {
 	_Atomic uint64_t word;
@@ -315,6 +321,7 @@ struct shm_channel {
 	struct ferry_comp_channel ch;
 	bool single;			/* ch.fd is the wake socket of one CQ */
 	bool fd_given;			/* ch.fd is the caller's now (renumbered) */
+	bool on_conn;			/* ch.fd is the CQ's QP's connection */
 	struct shm_wake_name wake;	/* single: ch.fd's name */
 	struct shm_cq *cq;		/* single: the CQ using it, if any */
 };
@@ -373,6 +380,9 @@ struct shm_rwqe {
 /* The connection of a QP to its peer, made by ferry_qp_exchange. */
 struct shm_conn {
 	int sock;			/* AF_UNIX SOCK_SEQPACKET, watched for hang-up */
+	/* sock is our recv CQ's channel as well (ferry_comp_channel_on_conn):
+	 * its number is the caller's, and ERR shuts it down to wake pollers. */
+	bool on_channel;
 	pid_t peer_pid;			/* SO_PEERCRED: target of process_vm_* */
 	uint32_t peer_qpn;
 	uint32_t peer_rq_size;		/* validated copies from HELLO */
@@ -508,17 +518,22 @@ int shm_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qpn_p);
 void shm_conn_destroy(struct shm_conn *conn);
 int shm_conn_announce_block(struct shm_conn *conn, uint64_t id, int fd);
 struct shm_mapping *shm_conn_peer_block(struct shm_conn *conn, uint64_t id);
+/* Wake the peer's recv CQ whose channel is the connection (SHM_NOTIFY_CONN). */
+void shm_conn_wake(struct shm_conn *conn);
+/*
+ * shm_conn_move - the connection's socket takes number @to (dup3 onto it;
+ * -1: the lowest free one, close-on-exec if @cloexec), held twice there
+ * (ours and the caller's), and our hold of the old number is let go.
+ * Returns the number, or -1 + errno.  sq_lock held.
+ */
+int shm_conn_move(struct shm_qp *qp, int to, bool cloexec);
 void shm_monitor_rnr(struct shm_qp *qp);
 void shm_monitor_forget(struct shm_qp *qp);
 /* In a child of fork: a monitor of its own, watching the inherited QPs. */
 void shm_monitor_fork_child(void);
 void shm_monitor_watch(struct shm_qp *qp);
-/*
- * shm_monitor_retire - our QP is gone but its peer may still read the
- * region: hang up on it (@sock, taken) and give @piece back to the arena
- * once the peer has closed its end.
- */
-void shm_monitor_retire(int sock, struct shm_piece *piece, size_t dirty);
+/* The connection's socket moves from number @from to conn->sock. */
+void shm_monitor_renumber(struct shm_qp *qp, int from);
 /* The name peers kick this process's monitor by (started if need be). */
 int shm_monitor_kick_name(struct shm_wake_name *name);
 int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size);

@@ -676,6 +676,25 @@ static int shm_renumber_comp_channel(struct ferry_comp_channel *ch, int fd)
 
 	if (!sch->single)
 		return ERR(EOPNOTSUPP);
+	if (sch->on_conn && sch->cq) {
+		/* Its QP, while there, holds the number too and has its
+		 * monitor watch it. */
+		int flags = fcntl(fd, F_GETFD), moved = fd;
+		struct shm_qp *qp = NULL;
+
+		ferry_lock(&sch->cq->lock);
+		if (sch->cq->nrqps == 1)
+			qp = sch->cq->rqps[0];
+		ferry_unlock(&sch->cq->lock);
+		if (qp) {
+			ferry_lock(&qp->sq_lock);
+			if (qp->conn && qp->conn->on_channel)
+				moved = shm_conn_move(qp, fd, flags > 0 && (flags & FD_CLOEXEC));
+			ferry_unlock(&qp->sq_lock);
+		}
+		if (moved < 0)
+			return -1;
+	}
 	if (sch->cq) {
 		ferry_lock(&sch->cq->lock);
 		sch->cq->efd = fd;
@@ -684,6 +703,55 @@ static int shm_renumber_comp_channel(struct ferry_comp_channel *ch, int fd)
 	ch->fd = fd;
 	sch->fd_given = true;
 	return 0;
+}
+
+/*
+ * The single channel @ch, whose CQ takes the receives of connected @fqp
+ * alone, becomes the QP's connection: the AF_UNIX socket to the peer,
+ * moved to number @fd (or the lowest free one), is the channel's
+ * descriptor, the CQ's wake socket goes, and the peer wakes the CQ with a
+ * record on its end of the connection (SHM_NOTIFY_CONN).  Nobody may be
+ * waiting on the channel meanwhile: a peer that read the arm word before
+ * the change sends its wake-up to the socket that goes.
+ */
+static int shm_comp_channel_on_conn(struct ferry_comp_channel *ch, struct ferry_qp *fqp,
+				    int fd, bool cloexec)
+{
+	struct shm_channel *sch = to_sch(ch);
+	struct shm_cq *scq = sch->cq;
+	struct shm_qp *qp = to_sqp(fqp);
+	int old = ch->fd, to = -1;
+
+	if (!sch->single || sch->on_conn || !scq || fqp->recv_cq != &scq->cq)
+		return ERR(EINVAL);
+	ferry_lock(&qp->sq_lock);
+	ferry_lock(&scq->lock);
+	if (scq->nrqps != 1 || scq->rqps[0] != qp || !qp->conn || qp->conn->dead ||
+	    qp->qp.state != FERRY_QPS_RTS || to_spd(fqp->pd)->detached)
+		errno = EOPNOTSUPP;
+	else
+		to = 0;
+	ferry_unlock(&scq->lock);
+	if (to == 0)
+		to = shm_conn_move(qp, fd, cloexec);
+	if (to >= 0)
+		qp->conn->on_channel = true;
+	ferry_unlock(&qp->sq_lock);
+	if (to < 0)
+		return -1;
+
+	ferry_lock(&scq->lock);
+	scq->efd = to;
+	scq->wake.len = 0;
+	shm_notify_update(scq, scq->gen, 0, SHM_NOTIFY_CONN);
+	ferry_unlock(&scq->lock);
+	if (old != to && !sch->fd_given)
+		close(old);
+	ch->fd = to;
+	sch->wake.len = 0;
+	sch->fd_given = true;
+	sch->on_conn = true;
+	return to;
 }
 
 static int shm_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p, bool nowait)
@@ -918,12 +986,16 @@ void shm_cq_signal_local(struct shm_cq *scq, bool solicited_or_error)
 
 	if (!chan && !futex)
 		return;
-	shm_notify_update(scq, scq->gen, SHM_NOTIFY_BITS, 0);	/* both are signalled */
+	shm_notify_update(scq, scq->gen, SHM_NOTIFY_ARMS, 0);	/* both are signalled */
 	if (futex) {
 		atomic_fetch_add(&scq->local_seq, 1);
 		syscall(SYS_futex, &scq->local_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 	}
-	if (chan)
+	/* A channel that is a connection cannot be raised from here: a send
+	 * the monitor completes after an RNR wait is heard by futex sleepers
+	 * and the next look only, an error by the socket's shutdown
+	 * (shm_qp_set_error). */
+	if (chan && scq->wake.len)
 		shm_wake(&scq->wake);
 }
 
@@ -1069,6 +1141,7 @@ const struct ferry_provider ferry_shm_provider = {
 	.create_comp_channel_single = shm_create_comp_channel_single,
 	.destroy_comp_channel = shm_destroy_comp_channel,
 	.renumber_comp_channel = shm_renumber_comp_channel,
+	.comp_channel_on_conn = shm_comp_channel_on_conn,
 	.cq_sleep_prepare = shm_cq_sleep_prepare,
 	.cq_sleep = shm_cq_sleep,
 	.cq_sleep_cancel = shm_cq_sleep_cancel,

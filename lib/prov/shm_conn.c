@@ -18,7 +18,10 @@
  *
  * Every message is checked for size, magic, version, type, fd count and
  * value ranges; unexpected descriptors are closed.  The socket stays open:
- * the monitor thread watches it and a hang-up moves the QP to ERR.
+ * the monitor thread watches it and a hang-up moves the QP to ERR.  It
+ * may become the recv CQ's channel as well (ferry_comp_channel_on_conn,
+ * shm_conn_move): the peer then wakes that CQ with a 1-byte record on it
+ * (shm_conn_wake), and the QP's error shuts it down.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -653,6 +656,47 @@ int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 	if (shm_qp_exchange_start(fqp, sock, false) < 0)
 		return -1;
 	return shm_qp_exchange_end(fqp, peer_qpn_p);
+}
+
+/* --- the connection's socket as the recv CQ's channel --- */
+
+void shm_conn_wake(struct shm_conn *conn)
+{
+	static const char byte = 'w';
+	ssize_t n;
+
+	/* EAGAIN: the peer's queue is full of wake-ups, readable already;
+	 * EPIPE: it hung up, which its socket shows by itself. */
+	do
+		n = send(conn->sock, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+}
+
+int shm_conn_move(struct shm_qp *qp, int to, bool cloexec)
+{
+	struct shm_conn *conn = qp->conn;
+	int from = conn->sock, fd, held;
+
+	if (to < 0)
+		fd = fcntl(from, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
+	else if (to == from)
+		return ERR(EINVAL);
+	else
+		fd = dup3(from, to, cloexec ? O_CLOEXEC : 0);
+	if (fd < 0)
+		return -1;
+	held = ferry_fd_hold(fd);	/* @fd itself, unless too high to count */
+	if (held < 0) {
+		int e = errno;
+
+		if (to < 0)
+			close(fd);
+		return ERR(e);
+	}
+	conn->sock = held;
+	shm_monitor_renumber(qp, from);
+	ferry_fd_close(from);	/* our hold; whoever else holds it closes it */
+	return fd;
 }
 
 /* --- ferry_alloc blocks --- */

@@ -354,7 +354,9 @@ static void shm_notify_peer(struct shm_qp *qp, struct shm_conn *conn, bool solic
 		atomic_fetch_add(&qp->region->wake_seq, 1);
 		syscall(SYS_futex, &qp->region->wake_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	}
-	if (chan)
+	if (chan && (w & SHM_NOTIFY_CONN))
+		shm_conn_wake(conn);
+	else if (chan)
 		shm_wake(&conn->peer_wake);
 }
 

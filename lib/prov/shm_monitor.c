@@ -81,6 +81,13 @@ static struct shm_watch *shm_watch_find_hup(uint64_t id)
 static void *shm_monitor_main(void *arg);
 
 /*
+ * A hang-up is reported once (ONESHOT): the socket may outlive its item
+ * under another number (shm_monitor_renumber), where EPOLL_CTL_DEL can no
+ * longer name it, and a hung-up socket stays ready for good.
+ */
+#define SHM_HUP_EVENTS	(EPOLLRDHUP | EPOLLONESHOT)
+
+/*
  * fork: the child must not inherit mon.lock held by the parent's monitor
  * thread, and starts its own monitor on first use (mon.pid differs).
  */
@@ -134,7 +141,7 @@ static int shm_monitor_start_locked(void)
 		goto err;
 	}
 	for (w = mon.watches; w; w = w->next) {
-		struct epoll_event wev = { .events = EPOLLRDHUP, .data.u64 = w->hup_id };
+		struct epoll_event wev = { .events = SHM_HUP_EVENTS, .data.u64 = w->hup_id };
 
 		w->pins = 0;	/* the parent's thread held them */
 		if (w->qp->conn && w->qp->conn->watched &&
@@ -193,7 +200,7 @@ static struct shm_watch *shm_watch_get_locked(struct shm_qp *qp)
 
 void shm_monitor_watch(struct shm_qp *qp)
 {
-	struct epoll_event ev = { .events = EPOLLRDHUP };
+	struct epoll_event ev = { .events = SHM_HUP_EVENTS };
 	struct shm_watch *w;
 
 	pthread_mutex_lock(&mon.lock);
@@ -203,6 +210,26 @@ void shm_monitor_watch(struct shm_qp *qp)
 		qp->conn->watched = true;
 	else
 		ferry_warn("QP %u: cannot watch the peer for hang-up: %m", qp->qp.qp_num);
+	pthread_mutex_unlock(&mon.lock);
+}
+
+/*
+ * The QP's socket has number conn->sock now, and @from until the caller
+ * closes it: the item moves to the new number (the old one could not be
+ * deleted once closed).  Should that fail, the old item still reports
+ * the hang-up, which it does once.  sq_lock held.
+ */
+void shm_monitor_renumber(struct shm_qp *qp, int from)
+{
+	struct shm_watch *w;
+
+	pthread_mutex_lock(&mon.lock);
+	if (mon.pid == ferry_pid() && qp->conn->watched && (w = shm_watch_find(qp))) {
+		struct epoll_event ev = { .events = SHM_HUP_EVENTS, .data.u64 = w->hup_id };
+
+		if (epoll_ctl(mon.epfd, EPOLL_CTL_ADD, qp->conn->sock, &ev) == 0)
+			epoll_ctl(mon.epfd, EPOLL_CTL_DEL, from, NULL);
+	}
 	pthread_mutex_unlock(&mon.lock);
 }
 
@@ -308,6 +335,7 @@ static void *shm_monitor_main(void *arg)
 	uint64_t next = UINT64_MAX;
 	int n, i, timeout;
 
+	ferry_own_thread = true;
 	for (;;) {
 		bool kicked = false;
 

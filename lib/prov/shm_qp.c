@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "shm-internal.h"
@@ -168,6 +169,11 @@ void shm_qp_set_error(struct shm_qp *qp, const char *why)
 	ferry_lock(&rcq->lock);
 	shm_cq_signal_local(rcq, true);
 	ferry_unlock(&rcq->lock);
+	/* A channel that is the connection is not woken from here but by
+	 * its socket: shut down, it polls ready (and the peer's QP follows
+	 * ours, as on a hang-up). */
+	if (qp->conn && qp->conn->on_channel && !to_spd(qp->qp.pd)->detached)
+		shutdown(qp->conn->sock, SHUT_RDWR);
 }
 
 static void shm_qp_apply_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, int mask)

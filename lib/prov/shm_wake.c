@@ -18,6 +18,11 @@
  * cannot make: the sender's buffer is made large to keep that far off).  A receiver whose queue is full
  * (net.unix.max_dgram_qlen) is readable already: nothing is lost.
  *
+ * A CQ whose channel is its one QP's connection (a stream socket's, see
+ * ferry_comp_channel_on_conn) has no wake socket: the peer sends a record
+ * on the connection instead (shm_conn_wake), and SHM_NOTIFY_CONN in the
+ * CQ's arm word tells it so.
+ *
  * Anyone on the host may send to an abstract name.  What a wake-up says is
  * never read: a stranger's datagram costs the CQ's owner one spurious look
  * at an empty CQ, no more.

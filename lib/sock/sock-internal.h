@@ -21,34 +21,33 @@
  * and becomes that channel (sock_fd_merge): the CQ's wake socket moves onto
  * the socket's number and the set goes.
  *
- * File descriptors of one shm connection: 2 at each end -- the socket's
- * number, which is its CQ's wake socket (an AF_UNIX datagram socket peers
- * wake by its abstract name, prov/shm_wake.c: they hold no descriptor of
- * ours), and the AF_UNIX connection to the peer, one descriptor that the CM
- * and the provider hold together (ferry_fd_hold).  A non-blocking connect
- * keeps its epoll set as well (3).  A client's own CM event channel goes
- * once it is connected (its id moves to the process's sink channel,
- * sock_conn_park); accepted sockets share the listener's.  The ring's
- * ferry_alloc memfd is closed once the connection is up
- * (ferry_block_drop_fd: the peer has mapped it).  The MR table, the notify
- * word and the QP region are pieces of the process's arena, and the
- * peer's monitor is kicked by name, as its CQs are woken (prov/shm).  A
- * process's hard limit of 20000 fds therefore holds about 9,990 idle
- * connections; 10,000 would need one descriptor per connection: the
- * connection's AF_UNIX end as the socket's number, carrying the peer's
- * wake-ups (a record on it) as well as its hang-up.  What that leaves:
- * wake-ups made in this process cannot raise that socket -- a blocking
- * call sleeps on futexes already (sock_wait), and a local error can shut
- * the socket down, which wakes its pollers, but a send the monitor thread
- * completes after an RNR wait frees ring space no poller would hear of
- * (the peer would have to wake us after our monitor ran, or a poll with a
- * send in that state would have to run the SQ itself); the provider's
- * announcements (BLOCK, TABLE) would share the socket with the wake-ups,
- * but a socket without iomaps at either end has none once connected (those
- * with iomaps would keep 2); and the monitor watches the socket by its
- * number (the CM does not: stream sockets' ids are quiet), which a
- * client's socket would have to take over after it began (an accepted one
- * can be given its own).
+ * File descriptors of one shm connection: 1 at each end.  A connected
+ * socket from accept or from a blocking connect, whose peer has no iomap,
+ * is its connection (sock_fd_on_conn): its number is the AF_UNIX
+ * SOCK_SEQPACKET socket to the peer, which is also its completion channel
+ * (the peer wakes it with a 1-byte record there instead of a datagram to
+ * the CQ's wake socket, which goes), the provider's monitor watches it
+ * for the peer's hang-up under that number, and the CM keeps no copy
+ * (ferry_cm_let_go; stream sockets' ids are quiet).  A hang-up shows on
+ * the number itself; a QP error made here shuts the socket down, which
+ * wakes its pollers and tells the peer.  The one wake-up made here that
+ * cannot raise the number is a send the monitor thread completes after an
+ * RNR wait: blocking calls sleep on futexes and hear it, a poller with
+ * the peer's next message (the peer's receives run short only while it
+ * does not look at its socket).
+ * Where the peer has an iomap (its later BLOCK announcements would be
+ * taken for wake-ups), the socket's number is its CQ's wake socket
+ * instead (sock_fd_merge), and the connection one more descriptor (2).
+ * A non-blocking connect keeps its epoll set as well (3): the program may
+ * have registered its number while it connected.  A client's own CM
+ * event channel goes once it is connected (its id moves to the process's
+ * sink channel, sock_conn_park); accepted sockets share the listener's.
+ * The ring's ferry_alloc memfd is closed once the connection is up
+ * (ferry_block_drop_fd: the peer has mapped it).  The MR table, the
+ * notify word and the QP region are pieces of the process's arena, and
+ * the peer's monitor is kicked by name, as CQs with wake sockets are
+ * woken (prov/shm).  So a process's 20,000 descriptors hold some 19,980
+ * idle connections, and two processes 10,000 connections between them.
  *
  * Locks (always taken in this order, each one optional):
  *   slock  - one sender at a time: the send ring, the current target SGE;

@@ -128,12 +128,42 @@ void sock_epoll_del(struct ferry_sock *s, int fd)
 	epoll_ctl(s->fd, EPOLL_CTL_DEL, fd, NULL);
 }
 
-/* A bare socket (no epoll set) gets its number: its channel's, moved low. */
+/*
+ * A connected shm socket whose peer has no iomap (so announces no memory
+ * once connected) becomes its connection: the AF_UNIX socket to the peer,
+ * put on number @fd (-1: the lowest free one), is its number and its
+ * completion channel, the peer's wake-ups come on it as records, and the
+ * CM keeps no copy (ferry_comp_channel_on_conn, ferry_cm_let_go).  One
+ * descriptor for the whole connection.  Returns the number, or -1 with
+ * nothing changed.
+ */
+static int sock_fd_on_conn(struct ferry_sock *s, int fd, bool cloexec)
+{
+	int n;
+
+	if (!s->cch || !s->qp || !s->id || s->verbs_transport || s->detached ||
+	    s->remote_iomap.length || !sock_is_connected(s))
+		return -1;
+	n = ferry_comp_channel_on_conn(s->cch, s->qp, fd, cloexec);
+	if (n < 0)
+		return -1;
+	ferry_cm_let_go(s->id);
+	s->fd = n;
+	s->fd_is_cch = true;
+	return n;
+}
+
+/* A bare socket (no epoll set) gets its number: its connection's, or its
+ * channel's, moved low. */
 static int sock_fd_give(struct ferry_sock *s, bool cloexec)
 {
-	int old = s->cch->fd;
-	int fd = fcntl(old, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
+	int old = s->cch->fd, fd;
 
+	if (sock_fd_on_conn(s, -1, cloexec) >= 0) {
+		sock_stat_set_fd(s);
+		return 0;
+	}
+	fd = fcntl(old, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
 	if (fd < 0)
 		return -1;
 	if (ferry_comp_channel_renumber(s->cch, fd) < 0) {
@@ -151,9 +181,9 @@ static int sock_fd_give(struct ferry_sock *s, bool cloexec)
 
 /*
  * sock_fd_merge - a connected shm socket whose epoll set holds nothing but
- * its completion channel (the CQ's wake socket) becomes that channel: the
- * channel moves onto the socket's number (dup3) and the set goes, two
- * descriptors less.  Only before the application can have put the number
+ * its completion channel becomes its connection (sock_fd_on_conn), or
+ * where it cannot, that channel (the CQ's wake socket): the channel moves
+ * onto the socket's number (dup3) and the set goes, two descriptors less.  Only before the application can have put the number
  * in an epoll set of its own, or be polling it: a registration there
  * names the set's file, which dup3 closes.  So a blocking connect does it
  * before it returns success (accepted sockets on shm never had a set:
@@ -169,7 +199,8 @@ static void sock_fd_merge(struct ferry_sock *s)
 	    s->detached || !sock_is_connected(s))
 		return;
 	flags = fcntl(s->fd, F_GETFD);
-	if (flags < 0 || dup3(s->cch->fd, s->fd, (flags & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0)
+	if (flags < 0 || sock_fd_on_conn(s, s->fd, flags & FD_CLOEXEC) >= 0 ||
+	    dup3(s->cch->fd, s->fd, (flags & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0)
 		return;
 	/* The epoll set is gone; the socket's number is its channel's now.
 	 * Were renumbering refused, both numbers would name the channel,
@@ -212,7 +243,7 @@ void sock_free(struct ferry_sock *s)
 	sock_conn_teardown(s);
 	sock_stat_detach(s);
 	if (s->fd >= 0)
-		close(s->fd);
+		ferry_fd_close(s->fd);	/* its connection's QP may still hold it */
 	pthread_mutex_destroy(&s->cm_lock);
 	pthread_mutex_destroy(&s->slock);
 	pthread_mutex_destroy(&s->plock);

@@ -445,6 +445,7 @@ static void sock_ka_visit(struct ferry_sock *s, uint64_t now)
 static void *sock_ka_thread(void *arg)
 {
 	(void)arg;
+	ferry_own_thread = true;
 	pthread_mutex_lock(&ka_lock);
 	for (;;) {
 		struct timespec ts;
