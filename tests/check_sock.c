@@ -1891,11 +1891,60 @@ static void *ts_poll_long(void *arg)
  * in poll with no timeout, which the provider does by shutting the
  * socket down.
  */
+/* Join the poller, or fail if it is still asleep after a generous bound
+ * (a hang detector, not a timing). */
+static void ts_poller_join(pthread_t th, const char *what)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += TS_TIMEOUT_MS / 1000;
+	if (pthread_timedjoin_np(th, NULL, &ts) != 0) {
+		pthread_cancel(th);
+		pthread_join(th, NULL);
+		ck_abort_msg("a poller of the socket slept through %s", what);
+	}
+}
+
+/*
+ * A completion made here (a signalled send of our own) cannot raise a
+ * socket that is its connection: it must not spend the arm of the thread
+ * asleep on it either, or the peer's next message finds the CQ unarmed
+ * and wakes nobody.
+ */
+START_TEST(test_fd_on_conn_local_completion_keeps_arm)
+{
+	struct ts_poller p = { .fd = -1 };
+	int l, a, b;
+	uint16_t port;
+	pthread_t th;
+	size_t len;
+	char *buf;
+
+	l = ts_listen(&port);
+	ts_pair_blocking(l, port, &a, &b);
+	len = sock_get(b)->sbuf_size / 4;	/* signalled (sock_want_signal) */
+	buf = calloc(1, len);
+	ck_assert_ptr_nonnull(buf);
+	p.fd = b;
+	ck_assert_int_eq(pthread_create(&th, NULL, ts_poll_long, &p), 0);
+	usleep(100000);		/* past FERRY_POLL_US: asleep in poll(2) */
+	ck_assert_int_eq(ferry_sock_send(b, buf, len, 0), (ssize_t)len);
+	ck_assert_int_eq(ferry_sock_send(a, "w", 1, 0), 1);
+	ts_poller_join(th, "its peer's message");
+	ck_assert(p.revents & POLLIN);
+	ts_read_all(a, buf, len);
+	free(buf);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+	ferry_sock_close(l);
+}
+END_TEST
+
 START_TEST(test_fd_on_conn_local_error_wakes_poller)
 {
 	struct ts_poller p = { .fd = -1 };
 	struct ferry_qp_attr attr = { .qp_state = FERRY_QPS_ERR };
-	struct timespec ts;
 	int l, a, b;
 	uint16_t port;
 	pthread_t th;
@@ -1906,14 +1955,7 @@ START_TEST(test_fd_on_conn_local_error_wakes_poller)
 	ck_assert_int_eq(pthread_create(&th, NULL, ts_poll_long, &p), 0);
 	usleep(100000);		/* past FERRY_POLL_US: asleep in poll(2) */
 	ck_assert_int_eq(ferry_modify_qp(sock_get(a)->qp, &attr, FERRY_QP_STATE), 0);
-	/* Not woken, it would sleep for ever: a generous bound, not a timing. */
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += TS_TIMEOUT_MS / 1000;
-	if (pthread_timedjoin_np(th, NULL, &ts) != 0) {
-		pthread_cancel(th);
-		pthread_join(th, NULL);
-		ck_abort_msg("a poller of the socket slept through its QP's error");
-	}
+	ts_poller_join(th, "its QP's error");
 	ck_assert(p.revents & (POLLERR | POLLHUP));
 	ferry_sock_close(a);
 	ferry_sock_close(b);
@@ -2112,6 +2154,7 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_idle_descriptors);
 	tcase_add_test(tc, test_fd_merge);
 	tcase_add_test(tc, test_fd_on_conn_iomap_peer);
+	tcase_add_test(tc, test_fd_on_conn_local_completion_keeps_arm);
 	tcase_add_test(tc, test_fd_on_conn_local_error_wakes_poller);
 	tcase_add_test(tc, test_accept_emfile_keeps_connection);
 	tcase_add_test(tc, test_arm_keeps_sleeper);

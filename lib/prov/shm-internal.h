@@ -345,6 +345,8 @@ struct shm_cq {
 	int efd;			/* wake socket: the channel's epoll watches it,
 					 * or it is the channel's (single channel) */
 	struct shm_wake_name wake;	/* efd's name: peers wake us there */
+	/* The QP whose connection is this CQ's channel (on_conn), else NULL. */
+	struct shm_qp *conn_qp;
 	bool detached;			/* ferry_cq_detach: the channel is shared */
 	struct shm_piece notify_piece;	/* the notify word, in the arena */
 	struct shm_notify *notify;
@@ -558,6 +560,7 @@ int shm_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr, struct ferry_se
 int shm_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr, struct ferry_recv_wr **bad);
 int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc);	/* rq_lock taken */
 void shm_sq_progress(struct shm_qp *qp);			/* sq_lock held */
+void shm_sq_settle_rnr(struct shm_qp *qp);			/* no lock held */
 void shm_rq_publish(struct shm_qp *qp);				/* rq_lock held */
 void shm_sq_complete(struct shm_qp *qp, uint64_t seq, const struct shm_swqe *s,
 		     enum ferry_wc_status status, uint32_t byte_len);	/* sq_lock held */

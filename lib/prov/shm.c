@@ -743,6 +743,7 @@ static int shm_comp_channel_on_conn(struct ferry_comp_channel *ch, struct ferry_
 	ferry_lock(&scq->lock);
 	scq->efd = to;
 	scq->wake.len = 0;
+	scq->conn_qp = qp;
 	shm_notify_update(scq, scq->gen, 0, SHM_NOTIFY_CONN);
 	ferry_unlock(&scq->lock);
 	if (old != to && !sch->fd_given)
@@ -884,6 +885,12 @@ static int shm_destroy_cq(struct ferry_cq *cq)
 
 static int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
 {
+	struct shm_qp *qp = to_scq(cq)->conn_qp;
+
+	/* The monitor's RNR retries cannot raise such a channel: settle them
+	 * before the caller's last look (shm_sq_settle_rnr). */
+	if (qp)
+		shm_sq_settle_rnr(qp);
 	shm_notify_change(to_scq(cq), true, SHM_NOTIFY_MODES,
 			  solicited_only ? SHM_NOTIFY_SOLICITED : SHM_NOTIFY_ALL);
 	return 0;
@@ -984,18 +991,27 @@ void shm_cq_signal_local(struct shm_cq *scq, bool solicited_or_error)
 	bool chan = mode == SHM_NOTIFY_ALL || (mode == SHM_NOTIFY_SOLICITED && solicited_or_error);
 	bool futex = w & SHM_NOTIFY_FUTEX;
 
+	/*
+	 * A channel that is a connection (SHM_NOTIFY_CONN) cannot be raised
+	 * from here, so its arm is not spent either: it stays for the peer,
+	 * whose next delivery must still wake the thread asleep on it.  What
+	 * completes here without the caller looking: a send the monitor
+	 * retries after an RNR wait, settled before every arm instead
+	 * (shm_sq_settle_rnr), and errors, which shut the socket down
+	 * (shm_qp_set_error).
+	 */
+	if (w & SHM_NOTIFY_CONN)
+		chan = false;
 	if (!chan && !futex)
 		return;
-	shm_notify_update(scq, scq->gen, SHM_NOTIFY_ARMS, 0);	/* both are signalled */
+	/* What is signalled is spent. */
+	shm_notify_update(scq, scq->gen, (chan ? SHM_NOTIFY_MODES : 0) |
+					 (futex ? SHM_NOTIFY_FUTEX : 0), 0);
 	if (futex) {
 		atomic_fetch_add(&scq->local_seq, 1);
 		syscall(SYS_futex, &scq->local_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 	}
-	/* A channel that is a connection cannot be raised from here: a send
-	 * the monitor completes after an RNR wait is heard by futex sleepers
-	 * and the next look only, an error by the socket's shutdown
-	 * (shm_qp_set_error). */
-	if (chan && scq->wake.len)
+	if (chan)
 		shm_wake(&scq->wake);
 }
 
@@ -1052,6 +1068,8 @@ void shm_cq_detach_recv(struct shm_cq *scq, struct shm_qp *qp)
 	uint32_t i, j;
 
 	ferry_lock(&scq->lock);
+	if (scq->conn_qp == qp)
+		scq->conn_qp = NULL;
 	for (i = 0; i < scq->nrqps; i++) {
 		if (scq->rqps[i] == qp) {
 			scq->rqps[i] = scq->rqps[--scq->nrqps];

@@ -693,7 +693,9 @@ int shm_conn_move(struct shm_qp *qp, int to, bool cloexec)
 			close(fd);
 		return ERR(e);
 	}
+	ferry_lock(&qp->rq_lock);	/* post_recv may wake the peer on it */
 	conn->sock = held;
+	ferry_unlock(&qp->rq_lock);
 	shm_monitor_renumber(qp, from);
 	ferry_fd_close(from);	/* our hold; whoever else holds it closes it */
 	return fd;

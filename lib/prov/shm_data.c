@@ -593,6 +593,23 @@ static bool shm_sq_finish(struct shm_qp *qp, uint64_t seq, const struct shm_swqe
 	return true;
 }
 
+/*
+ * Before a thread sleeps on a CQ whose channel is the connection, which
+ * the monitor cannot raise when it completes a send after an RNR wait:
+ * such a send is retried here if the peer has posted a receive since, and
+ * one the monitor retries right now is waited for (sq_lock), so that its
+ * completion is in the CQ before the caller's last look.  A send still
+ * waiting has rnr_wait up in our region, and the receive the peer posts
+ * for it wakes this channel as well as the monitor (shm_post_recv).
+ */
+void shm_sq_settle_rnr(struct shm_qp *qp)
+{
+	ferry_lock(&qp->sq_lock);
+	if (qp->rnr_pending && qp->conn && shm_peer_recvs(qp, qp->conn) != 0)
+		shm_sq_progress(qp);
+	ferry_unlock(&qp->sq_lock);
+}
+
 /* Execute what the SQ holds, in order; sq_lock held. */
 void shm_sq_progress(struct shm_qp *qp)
 {

@@ -135,8 +135,13 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
 		 * the fence in shm_sq_rnr. */
 		atomic_thread_fence(memory_order_seq_cst);
 		if (conn && atomic_load_explicit(&conn->peer_region->rnr_wait,
-						 memory_order_relaxed))
+						 memory_order_relaxed)) {
 			shm_wake(&conn->peer_kick);
+			/* A channel that is the connection: its pollers settle
+			 * the send (shm_sq_settle_rnr) when woken. */
+			if (atomic_load(&conn->peer_notify->word) & SHM_NOTIFY_CONN)
+				shm_conn_wake(conn);
+		}
 	}
 	ferry_unlock(&qp->rq_lock);
 	if (state == FERRY_QPS_ERR) {

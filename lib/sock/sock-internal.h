@@ -30,11 +30,10 @@
  * for the peer's hang-up under that number, and the CM keeps no copy
  * (ferry_cm_let_go; stream sockets' ids are quiet).  A hang-up shows on
  * the number itself; a QP error made here shuts the socket down, which
- * wakes its pollers and tells the peer.  The one wake-up made here that
- * cannot raise the number is a send the monitor thread completes after an
- * RNR wait: blocking calls sleep on futexes and hear it, a poller with
- * the peer's next message (the peer's receives run short only while it
- * does not look at its socket).
+ * wakes its pollers and tells the peer.  The one completion made here
+ * that cannot raise the number is a send the monitor thread retries after
+ * an RNR wait: every arm settles such a send first (shm_sq_settle_rnr),
+ * and the receive the peer posts for one still waiting wakes the socket.
  * Where the peer has an iomap (its later BLOCK announcements would be
  * taken for wake-ups), the socket's number is its CQ's wake socket
  * instead (sock_fd_merge), and the connection one more descriptor (2).
