@@ -225,6 +225,47 @@ static void case_epoll_et_oneshot(void)
 	unpair(l, c, a);
 }
 
+static long thread_cpu_ms(void)
+{
+	struct rusage r;
+
+	getrusage(RUSAGE_THREAD, &r);
+	return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1000 +
+	       (r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1000;
+}
+
+/*
+ * A ferry socket's number is its connection's socket, which polls ready
+ * for good once the peer hangs up: a ONESHOT item disabled meanwhile must
+ * not wake the shim's hidden set over and over (a wait that spins instead
+ * of sleeping), and MOD must still report the hang-up.
+ */
+static void case_oneshot_hangup(void)
+{
+	int l, c, a, ep;
+	uint32_t ev = 0;
+	long cpu;
+	struct epoll_event e = { .events = EPOLLIN | EPOLLONESHOT };
+
+	CHECK(pair(&l, &c, &a), "pair");
+	ep = epoll_create1(0);
+	CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, a, &e) == 0, "ADD ONESHOT");
+	CHECK(send(c, "h", 1, 0) == 1, "send");
+	CHECK(wait_events(ep, &ev, 5000) == 1, "oneshot: once");
+	close(c);	/* the peer hangs up while the item is disabled */
+	cpu = thread_cpu_ms();
+	CHECK(wait_events(ep, NULL, 500) == 0, "disabled: nothing to report");
+	cpu = thread_cpu_ms() - cpu;
+	CHECK(cpu < 250, "the wait slept, not spun: %ld ms of CPU in 500 ms", cpu);
+	e.events = EPOLLIN | EPOLLRDHUP;
+	CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, a, &e) == 0, "MOD");
+	CHECK(wait_events(ep, &ev, 5000) == 1 && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)),
+	      "the hang-up after MOD (%#x)", ev);
+	close(ep);
+	close(a);
+	close(l);
+}
+
 static void case_rdhup_eof(void)
 {
 	int l, c, a, ep;
@@ -596,6 +637,7 @@ static const struct {
 	{ "data", case_data },
 	{ "epoll_lt", case_epoll_lt },
 	{ "epoll_et_oneshot", case_epoll_et_oneshot },
+	{ "oneshot_hangup", case_oneshot_hangup },
 	{ "rdhup_eof", case_rdhup_eof },
 	{ "epollout_full", case_epollout_full },
 	{ "poll_select_mixed", case_poll_select_mixed },
