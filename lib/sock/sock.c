@@ -182,8 +182,9 @@ static int sock_fd_give(struct ferry_sock *s, bool cloexec)
 /*
  * sock_fd_merge - a connected shm socket whose epoll set holds nothing but
  * its completion channel becomes its connection (sock_fd_on_conn), or
- * where it cannot, that channel (the CQ's wake socket): the channel moves
- * onto the socket's number (dup3) and the set goes, two descriptors less.  Only before the application can have put the number
+ * where it cannot, that channel (the CQ's wake socket): the connection or
+ * the channel moves onto the socket's number (dup3) and the set goes.
+ * Only before the application can have put the number
  * in an epoll set of its own, or be polling it: a registration there
  * names the set's file, which dup3 closes.  So a blocking connect does it
  * before it returns success (accepted sockets on shm never had a set:
