@@ -662,16 +662,33 @@ ssize_t sock_data_recv(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 		if (closed & SOCK_SHUT_RD)
 			break;
 		if (avail && total) {
+			size_t want = avail < total - got ? (size_t)avail : total - got;
+
 			pos = atomic_load(&s->r_consumed) + ((flags & MSG_PEEK) ? got : 0);
-			n = sock_ring_copy(s, pos, avail < total - got ? avail : total - got,
-					   &cur, &off, end);
+			if (!(flags & MSG_PEEK)) {
+				/* Half by half: each half of the ring goes back to
+				 * the peer as soon as it is read (sock_give_credits),
+				 * so the peer refills it while we copy the next one,
+				 * instead of both ends taking turns on the whole
+				 * ring. */
+				size_t half = s->rbuf_size / 2;
+				size_t to_half = half - (size_t)(pos & (half - 1));
+
+				if (want > to_half)
+					want = to_half;
+			}
+			n = sock_ring_copy(s, pos, want, &cur, &off, end);
 			got += n;
 			if (!(flags & MSG_PEEK)) {
 				atomic_fetch_add_explicit(&s->r_consumed, n, memory_order_release);
 				sock_stat_add(&s->stat->rx_bytes, n);
 				sock_give_credits(s, false);
 			}
-			if (got == total || !(flags & MSG_WAITALL) || (flags & MSG_PEEK))
+			if (got == total || (flags & MSG_PEEK))
+				break;
+			if (n < avail)
+				continue;	/* the rest of what was there */
+			if (!(flags & MSG_WAITALL))
 				break;
 			continue;
 		}
