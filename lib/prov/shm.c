@@ -677,18 +677,17 @@ static int shm_renumber_comp_channel(struct ferry_comp_channel *ch, int fd)
 	if (!sch->single)
 		return ERR(EOPNOTSUPP);
 	if (sch->on_conn && sch->cq) {
-		/* Its QP, while there, holds the number too and has its
-		 * monitor watch it. */
+		/* Its QP, while there (conn_qp), holds the number too and has
+		 * its monitor watch it. */
 		int flags = fcntl(fd, F_GETFD), moved = fd;
-		struct shm_qp *qp = NULL;
+		struct shm_qp *qp;
 
 		ferry_lock(&sch->cq->lock);
-		if (sch->cq->nrqps == 1)
-			qp = sch->cq->rqps[0];
+		qp = sch->cq->conn_qp;
 		ferry_unlock(&sch->cq->lock);
 		if (qp) {
 			ferry_lock(&qp->sq_lock);
-			if (qp->conn && qp->conn->on_channel)
+			if (qp->conn)
 				moved = shm_conn_move(qp, fd, flags > 0 && (flags & FD_CLOEXEC));
 			ferry_unlock(&qp->sq_lock);
 		}
