@@ -651,6 +651,18 @@ int ferry_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr,
 	return qp->context->provider->post_send(qp, wr, bad_wr_p);
 }
 
+int ferry_post_send_direct(struct ferry_qp *qp, struct ferry_send_wr *wr, unsigned int how)
+{
+	if (!qp || !wr || wr->next || (unsigned int)wr->opcode > FERRY_WR_SEND_WITH_IMM ||
+	    (how & ~(unsigned int)FERRY_DIRECT_NOCACHE) ||
+	    (wr->send_flags & ~(unsigned int)(FERRY_SEND_SIGNALED | FERRY_SEND_SOLICITED)) ||
+	    !core_sge_list_ok(wr->sg_list, wr->num_sge))
+		return ERR(EINVAL);
+	if (!qp->context->provider->post_send_direct)
+		return ERR(EOPNOTSUPP);
+	return qp->context->provider->post_send_direct(qp, wr, how);
+}
+
 /**
  * ferry_post_recv - post the chain @wr on @qp's receive queue; malformed
  * chains are rejected whole, as in ferry_post_send.

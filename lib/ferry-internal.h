@@ -114,6 +114,8 @@ struct ferry_provider {
 			 struct ferry_send_wr **bad);
 	int (*post_recv)(struct ferry_qp *qp, struct ferry_recv_wr *wr,
 			 struct ferry_recv_wr **bad);
+	/* Optional: ferry_post_send_direct. */
+	int (*post_send_direct)(struct ferry_qp *qp, struct ferry_send_wr *wr, unsigned int how);
 	int (*qp_exchange)(struct ferry_qp *qp, int sock, uint32_t *peer_qpn);
 	/*
 	 * qp_exchange in two halves, for a caller that sends our first word
@@ -292,6 +294,33 @@ int ferry_comp_channel_renumber(struct ferry_comp_channel *channel, int fd);
  */
 int ferry_comp_channel_on_conn(struct ferry_comp_channel *channel, struct ferry_qp *qp, int fd,
 			       bool cloexec);
+/*
+ * ferry_post_send_direct - post the single send or write @wr only if the
+ * provider carries it out before returning, reading its payload during
+ * the call from wherever its SGEs point: memory of ours, registered or
+ * not (their lkeys are not looked at), which the caller may reuse at
+ * once, as after an INLINE post of any size.  Its completion comes as
+ * for any WR.  Returns 0 when done; -1 with EAGAIN when it would have to
+ * wait (the SQ holds earlier work, the peer has no receive for it, the
+ * QP is not in RTS), with nothing posted: post it with ferry_post_send
+ * from registered memory instead.  EOPNOTSUPP where the provider never
+ * executes at post time (verbs: the device reads the payload later),
+ * EINVAL for a chain or an opcode that carries no payload of ours.
+ * So a stream socket on shm copies a write once, into the peer's ring,
+ * instead of first into its own send ring.
+ *
+ * @how: FERRY_DIRECT_NOCACHE stores the payload past this CPU's caches
+ * (non-temporal stores, on x86-64), for a reader on another CPU: a plain
+ * store must first take each line back from the reader's cache, which
+ * costs a round trip between the two CPUs, and when they sit far apart
+ * (other core complexes, other sockets) that makes plain stores several
+ * times slower than these; when they sit close, plain stores win.  0:
+ * plain stores.
+ */
+enum ferry_direct_how {
+	FERRY_DIRECT_NOCACHE = 1 << 0,
+};
+int ferry_post_send_direct(struct ferry_qp *qp, struct ferry_send_wr *wr, unsigned int how);
 /*
  * ferry_alloc_pd_small - a PD whose caller will register at most
  * @max_remote MRs with remote access (any number without): where the

@@ -16,6 +16,7 @@
 #include <check.h>
 
 #include "check_suites.h"
+#include "ferry-internal.h"
 #include "testutil.h"
 
 static struct tu_end a, b;
@@ -466,6 +467,90 @@ START_TEST(test_inline_too_long)
 	ck_assert_int_ne(errno, 0);
 	ck_assert_ptr_eq(bad, &wr);
 	tu_assert_cq_empty(a.send_cq);
+}
+END_TEST
+
+/*
+ * ferry_post_send_direct: a write from unregistered memory, larger than
+ * any inline limit, carried out inside the call (the caller's buffer is
+ * overwritten right after it), with plain and with non-temporal stores,
+ * at odd addresses and lengths; its completions are those of any WR.
+ */
+START_TEST(test_post_send_direct)
+{
+	size_t len = 40000 + 37;
+	uint8_t *src = malloc(len + 64);
+	struct ferry_sge sg[2] = { { (uintptr_t)(src + 3), 1000, 0 },
+				   { (uintptr_t)(src + 3 + 1000), (uint32_t)len - 1000, 0 } };
+	struct ferry_send_wr wr, chain;
+	uint32_t imm = htonl(0x5eed);
+	unsigned int how;
+
+	ck_assert_ptr_nonnull(src);
+	ops_wr(&wr, 90, FERRY_WR_RDMA_WRITE_WITH_IMM, sg, 2);
+	if (!tu_on_shm()) {
+		errno = 0;
+		ck_assert_int_eq(ferry_post_send_direct(a.qp, &wr, 0), -1);
+		ck_assert_int_eq(errno, EOPNOTSUPP);
+		free(src);
+		return;
+	}
+	for (how = 0; how <= FERRY_DIRECT_NOCACHE; how++) {
+		size_t at = 5 + how * 65536;	/* unaligned target */
+
+		tu_fill(src + 3, len, 90 + how);
+		memset(b.buf, 0x11, 2 * 65536 + 64);
+		ops_post_recv_sges(&b, 91, NULL, 0);
+		ops_wr(&wr, 92, FERRY_WR_RDMA_WRITE_WITH_IMM, sg, 2);
+		wr.imm_data = imm;
+		wr.wr.rdma.remote_addr = (uintptr_t)b.buf + at;
+		wr.wr.rdma.rkey = b.mr->rkey;
+		ck_assert_msg(ferry_post_send_direct(a.qp, &wr, how) == 0, "direct: %s",
+			      strerror(errno));
+		memset(src, 0, len + 64);	/* copied during the call */
+		ops_expect_send_wc(&a, 92, FERRY_WC_RDMA_WRITE, 0);
+		ops_expect_recv_wc(&b, 91, FERRY_WC_RECV_RDMA_WITH_IMM, (uint32_t)len, true, imm);
+		ck_assert(tu_check(b.buf + at, len, 90 + how));
+		ck_assert(tu_all_bytes(b.buf, at, 0x11));
+		ck_assert(tu_all_bytes(b.buf + at + len, 64, 0x11));
+	}
+
+	/* a plain SEND straight from the caller's memory */
+	tu_fill(src, 300, 95);
+	ck_assert_int_eq(tu_post_recv1(b.qp, 96, b.buf + 1000, 300, b.mr->lkey), 0);
+	sg[0] = (struct ferry_sge){ (uintptr_t)src, 300, 0 };
+	ops_wr(&wr, 97, FERRY_WR_SEND, sg, 1);
+	ck_assert_int_eq(ferry_post_send_direct(a.qp, &wr, FERRY_DIRECT_NOCACHE), 0);
+	ops_expect_send_wc(&a, 97, FERRY_WC_SEND, 0);
+	ops_expect_recv_wc(&b, 96, FERRY_WC_RECV, 300, false, 0);
+	ck_assert(tu_check(b.buf + 1000, 300, 95));
+
+	/* what it does not take: a READ (it writes our memory), a chain, an
+	 * unknown how, INLINE (it is implied) */
+	ops_wr(&wr, 98, FERRY_WR_RDMA_READ, sg, 1);
+	wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+	wr.wr.rdma.rkey = b.mr->rkey;
+	errno = 0;
+	ck_assert_int_eq(ferry_post_send_direct(a.qp, &wr, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ops_wr(&wr, 98, FERRY_WR_RDMA_WRITE, sg, 1);
+	wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+	wr.wr.rdma.rkey = b.mr->rkey;
+	chain = wr;
+	wr.next = &chain;
+	errno = 0;
+	ck_assert_int_eq(ferry_post_send_direct(a.qp, &wr, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	wr.next = NULL;
+	errno = 0;
+	ck_assert_int_eq(ferry_post_send_direct(a.qp, &wr, 2), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	wr.send_flags |= FERRY_SEND_INLINE;
+	errno = 0;
+	ck_assert_int_eq(ferry_post_send_direct(a.qp, &wr, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	tu_assert_cq_empty(a.send_cq);
+	free(src);
 }
 END_TEST
 
@@ -938,6 +1023,7 @@ Suite *ops_suite(void)
 	tcase_add_test(tc, test_atomic_fetch_add);
 	tcase_add_test(tc, test_inline);
 	tcase_add_test(tc, test_inline_too_long);
+	tcase_add_test(tc, test_post_send_direct);
 	tcase_add_test(tc, test_sig_all);
 	tcase_add_test(tc, test_fence);
 	tcase_add_test(tc, test_wr_chain);

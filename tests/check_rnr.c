@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -14,6 +15,7 @@
 #include <check.h>
 
 #include "check_suites.h"
+#include "ferry-internal.h"
 #include "testutil.h"
 #include "prov/shm-internal.h"
 
@@ -217,6 +219,54 @@ static void *exchange_thread(void *arg)
  * a peer whose exchange has returned must find them at once (it used to
  * find none, and waited out an RNR timer of 655 ms at min_rnr_timer 0).
  */
+/*
+ * ferry_post_send_direct takes no WR that would have to wait: not one the
+ * peer has no receive for, nor one behind a WR still waiting for its
+ * receive.  Nothing of a refused one is posted or written.
+ */
+START_TEST(test_rnr_direct_refused)
+{
+	char payload[5000];
+	struct ferry_sge sg = { (uintptr_t)payload, sizeof(payload), 0 };
+	struct ferry_send_wr wr = { .wr_id = 9, .sg_list = &sg, .num_sge = 1,
+				    .opcode = FERRY_WR_RDMA_WRITE_WITH_IMM,
+				    .send_flags = FERRY_SEND_SIGNALED };
+	struct ferry_wc wc;
+
+	if (!tu_on_shm())
+		return;		/* verbs: EOPNOTSUPP (check_ops) */
+	memset(payload, 0x5a, sizeof(payload));
+	wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+	wr.wr.rdma.rkey = b.mr->rkey;
+	errno = 0;
+	ck_assert_int_eq(ferry_post_send_direct(a.qp, &wr, FERRY_DIRECT_NOCACHE), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	tu_assert_cq_empty(a.send_cq);
+	ck_assert(tu_all_bytes(b.buf, b.len, 0xbb));
+
+	/* a WR that waits for its receive holds the SQ: a plain WRITE, which
+	 * needs none, is refused behind it too */
+	ck_assert_int_eq(tu_post_send1(a.qp, 1, FERRY_WR_RDMA_WRITE_WITH_IMM,
+				       FERRY_SEND_SIGNALED, a.buf, 100, a.mr->lkey,
+				       (uintptr_t)b.buf + 8192, b.mr->rkey), 0);
+	wr.opcode = FERRY_WR_RDMA_WRITE;
+	errno = 0;
+	ck_assert_int_eq(ferry_post_send_direct(a.qp, &wr, 0), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(ferry_poll_cq(a.send_cq, 1, &wc), 0);
+	ck_assert(tu_all_bytes(b.buf, 8192, 0xbb));
+
+	/* once the receive comes, the queue drains and direct WRs run */
+	ck_assert_int_eq(tu_post_recv1(b.qp, 2, NULL, 0, 0), 0);
+	rnr_expect(a.send_cq, 1, FERRY_WC_SUCCESS);
+	rnr_expect(b.recv_cq, 2, FERRY_WC_SUCCESS);
+	ck_assert(tu_check(b.buf + 8192, 100, 1));
+	ck_assert_int_eq(ferry_post_send_direct(a.qp, &wr, 0), 0);
+	rnr_expect(a.send_cq, 9, FERRY_WC_SUCCESS);
+	ck_assert(tu_all_bytes(b.buf, sizeof(payload), 0x5a));
+}
+END_TEST
+
 START_TEST(test_init_receives_visible_when_exchange_returns)
 {
 	struct tu_opts o = { 0 };
@@ -274,6 +324,7 @@ Suite *rnr_suite(void)
 	tcase_add_test(tc, test_rnr_forever_send);
 	tcase_add_test(tc, test_rnr_forever_write_imm);
 	tcase_add_test(tc, test_rnr_forever_ordered);
+	tcase_add_test(tc, test_rnr_direct_refused);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("exchange");

@@ -358,10 +358,13 @@ struct shm_cq {
 };
 
 /* A posted send, copied at post time. */
+/* A WR of ferry_post_send_direct's FERRY_DIRECT_NOCACHE: stores past our caches. */
+#define SHM_SWQE_NOCACHE	(1u << 31)
+
 struct shm_swqe {
 	uint64_t wr_id;
 	enum ferry_wr_opcode opcode;
-	unsigned int flags;
+	unsigned int flags;		/* enum ferry_send_flags, SHM_SWQE_NOCACHE */
 	uint32_t imm_data;
 	uint64_t remote_addr;
 	uint32_t rkey;
@@ -557,6 +560,7 @@ void shm_qp_flush_sq(struct shm_qp *qp);			/* sq_lock held */
 
 /* shm_data.c (sends) and shm_recv.c (receives): the data path */
 int shm_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr, struct ferry_send_wr **bad);
+int shm_post_send_direct(struct ferry_qp *qp, struct ferry_send_wr *wr, unsigned int how);
 int shm_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr, struct ferry_recv_wr **bad);
 int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc);	/* rq_lock taken */
 void shm_sq_progress(struct shm_qp *qp);			/* sq_lock held */

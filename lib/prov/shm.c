@@ -1174,6 +1174,7 @@ const struct ferry_provider ferry_shm_provider = {
 	.query_qp = shm_query_qp,
 	.destroy_qp = shm_destroy_qp,
 	.post_send = shm_post_send,
+	.post_send_direct = shm_post_send_direct,
 	.post_recv = shm_post_recv,
 	.qp_exchange = shm_qp_exchange_op,
 	.qp_exchange_begin = shm_qp_exchange_begin_op,

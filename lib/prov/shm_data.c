@@ -18,6 +18,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include "shm-internal.h"
 
 /* Internal verdicts of shm_execute beside the ferry_wc_status values. */
@@ -78,22 +82,63 @@ static void shm_store_once(uint8_t *dst, const uint8_t *src, size_t len)
 	}
 }
 
+/*
+ * shm_store_nocache - copy a payload with stores that go past our caches
+ * to memory, invalidating every cached copy of the lines on their way, and
+ * make them visible before anything stored after (the completion).  For a
+ * stream whose reader runs on a CPU far from ours, a plain store must first
+ * take each line back from the reader's cache, one round trip at a time;
+ * these do not wait for that (see ferry_post_send_direct).  Where there
+ * are no such stores (not x86-64: SSE2 is part of that), plain ones.
+ */
+static void shm_store_nocache(uint8_t *dst, const uint8_t *src, size_t len)
+{
+#if defined(__x86_64__)
+	size_t head = (16 - ((uintptr_t)dst & 15)) & 15, i;
+
+	if (head > len)
+		head = len;
+	memcpy(dst, src, head);
+	dst += head;
+	src += head;
+	len -= head;
+	for (i = 0; i + 64 <= len; i += 64) {
+		__m128i a = _mm_loadu_si128((const void *)(src + i));
+		__m128i b = _mm_loadu_si128((const void *)(src + i + 16));
+		__m128i c = _mm_loadu_si128((const void *)(src + i + 32));
+		__m128i d = _mm_loadu_si128((const void *)(src + i + 48));
+
+		_mm_stream_si128((void *)(dst + i), a);
+		_mm_stream_si128((void *)(dst + i + 16), b);
+		_mm_stream_si128((void *)(dst + i + 32), c);
+		_mm_stream_si128((void *)(dst + i + 48), d);
+	}
+	memcpy(dst + i, src + i, len - i);
+	_mm_sfence();	/* streaming stores are not ordered with later ones */
+#else
+	memcpy(dst, src, len);
+#endif
+}
+
 /* Copy @len bytes of a payload into mapped target memory. */
-static inline void shm_store(uint8_t *dst, const uint8_t *src, size_t len)
+static inline void shm_store(uint8_t *dst, const uint8_t *src, size_t len, bool nocache)
 {
 	if (len <= SHM_STORE_ONCE_MAX)
 		shm_store_once(dst, src, len);
+	else if (nocache)
+		shm_store_nocache(dst, src, len);
 	else
 		memcpy(dst, src, len);
 }
 
 /*
  * shm_copy - move bytes between local segments and target segments (mapped
- * here, or in process @pid).  @to_target: local -> target, else the reverse.
+ * here, or in process @pid).  @to_target: local -> target, else the reverse;
+ * @nocache: stores into mapped targets go past our caches (shm_store).
  * Returns 0, or an errno from process_vm_*.
  */
 static int shm_copy(pid_t pid, const struct shm_seg *loc, int nloc,
-		    const struct shm_seg *tgt, int ntgt, bool to_target)
+		    const struct shm_seg *tgt, int ntgt, bool to_target, bool nocache)
 {
 	int li = 0, ti;
 	uint64_t loff = 0;
@@ -101,7 +146,7 @@ static int shm_copy(pid_t pid, const struct shm_seg *loc, int nloc,
 	/* The common case: one piece each side, the target mapped here. */
 	if (nloc == 1 && ntgt == 1 && tgt[0].ptr && loc[0].len == tgt[0].len) {
 		if (to_target)
-			shm_store(tgt[0].ptr, loc[0].ptr, loc[0].len);
+			shm_store(tgt[0].ptr, loc[0].ptr, loc[0].len, nocache);
 		else
 			memcpy(loc[0].ptr, tgt[0].ptr, loc[0].len);
 		return 0;
@@ -136,7 +181,8 @@ static int shm_copy(pid_t pid, const struct shm_seg *loc, int nloc,
 
 				for (k = 0; k < n; k++) {
 					if (to_target)
-						shm_store(t, liov[k].iov_base, liov[k].iov_len);
+						shm_store(t, liov[k].iov_base, liov[k].iov_len,
+							  nocache);
 					else
 						memcpy(liov[k].iov_base, t, liov[k].iov_len);
 					t += liov[k].iov_len;
@@ -395,7 +441,7 @@ static int shm_exec_send(struct shm_qp *qp, struct shm_conn *conn, const struct 
 		shm_deliver(qp, conn, FERRY_WC_RECV, FERRY_WC_LOC_LEN_ERR, 0, s);
 		return FERRY_WC_REM_INV_REQ_ERR;
 	}
-	err = shm_copy(conn->peer_pid, loc, nloc, tgt, ntgt, true);
+	err = shm_copy(conn->peer_pid, loc, nloc, tgt, ntgt, true, s->flags & SHM_SWQE_NOCACHE);
 	if (err) {
 		ferry_info("QP %u: SEND into the peer's receive failed: %s",
 			   qp->qp.qp_num, strerror(err));
@@ -419,7 +465,7 @@ static int shm_exec_rdma(struct shm_qp *qp, struct shm_conn *conn, const struct 
 				read ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE, &tgt);
 	if (st != FERRY_WC_SUCCESS)
 		return st;
-	err = shm_copy(conn->peer_pid, loc, nloc, &tgt, 1, !read);
+	err = shm_copy(conn->peer_pid, loc, nloc, &tgt, 1, !read, s->flags & SHM_SWQE_NOCACHE);
 	if (err) {
 		ferry_info("QP %u: RDMA %s at 0x%llx in pid %d: %s", qp->qp.qp_num,
 			   read ? "READ" : "WRITE", (unsigned long long)s->remote_addr,
@@ -701,28 +747,75 @@ static void shm_sq_put(struct shm_qp *qp, const struct ferry_send_wr *wr)
 }
 
 /*
+ * Execute @wr at once as the next entry of an idle SQ, from its SGEs (and
+ * with @flags added to its own); sq_lock held, @wr checked.  Returns
+ * SHM_EXEC_RNR, with nothing done, when the peer has no receive for it.
+ */
+static int shm_sq_run_now(struct shm_qp *qp, const struct ferry_send_wr *wr,
+			  unsigned int flags)
+{
+	struct shm_swqe s;
+	uint64_t total = 0;
+	int st;
+
+	shm_swqe_fill(&s, wr);
+	s.flags |= flags;
+	st = shm_execute(qp, &s, wr->sg_list, &total);
+	if (st == SHM_EXEC_RNR)
+		return st;
+	qp->sq_head++;
+	shm_sq_finish(qp, qp->sq_exec++, &s, st, total);
+	return 0;
+}
+
+/* Is @qp's SQ idle, in RTS, with nothing to report?  sq_lock held. */
+static inline bool shm_sq_idle(struct shm_qp *qp)
+{
+	return qp->qp.state == FERRY_QPS_RTS && qp->sq_exec == qp->sq_head &&
+	       !atomic_load_explicit(&qp->async_error, memory_order_relaxed);
+}
+
+/*
  * The common case: one WR on an idle SQ.  Execute it straight from the
  * caller's WR, without copying it into a slot; only a WR that must wait
  * for a receive (RNR) is queued.  sq_lock held.
  */
 static int shm_post_send_now(struct shm_qp *qp, const struct ferry_send_wr *wr)
 {
-	struct shm_swqe s;
-	uint64_t total = 0;
-	int st, err = shm_sq_check(qp, wr);
+	int err = shm_sq_check(qp, wr);
 
 	if (err)
 		return err;
-	shm_swqe_fill(&s, wr);
-	st = shm_execute(qp, &s, wr->sg_list, &total);
-	if (st == SHM_EXEC_RNR) {
+	if (shm_sq_run_now(qp, wr, 0) == SHM_EXEC_RNR) {
 		shm_sq_put(qp, wr);
 		shm_sq_progress(qp);	/* takes the RNR path */
-		return 0;
 	}
-	qp->sq_head++;
-	shm_sq_finish(qp, qp->sq_exec++, &s, st, total);
 	return 0;
+}
+
+/*
+ * ferry_post_send_direct on shm: every WR that finds the SQ idle is
+ * executed inside post_send anyway, so its payload can come from any
+ * memory of ours, as an inline one does (no lkey is looked at).  One
+ * that would have to wait in the SQ is not taken: its SGEs must stay
+ * valid until it runs, which only registered memory promises.
+ */
+int shm_post_send_direct(struct ferry_qp *fqp, struct ferry_send_wr *wr, unsigned int how)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+	unsigned int flags = FERRY_SEND_INLINE;
+	int err = EAGAIN;
+
+	if (how & FERRY_DIRECT_NOCACHE)
+		flags |= SHM_SWQE_NOCACHE;
+	ferry_lock(&qp->sq_lock);
+	if (shm_sq_idle(qp)) {
+		err = shm_sq_check(qp, wr);
+		if (!err && shm_sq_run_now(qp, wr, flags) == SHM_EXEC_RNR)
+			err = EAGAIN;
+	}
+	ferry_unlock(&qp->sq_lock);
+	return err ? ERR(err) : 0;
 }
 
 int shm_post_send(struct ferry_qp *fqp, struct ferry_send_wr *wr, struct ferry_send_wr **bad)
@@ -735,8 +828,7 @@ int shm_post_send(struct ferry_qp *fqp, struct ferry_send_wr *wr, struct ferry_s
 	state = qp->qp.state;
 	if (state == FERRY_QPS_RESET || state == FERRY_QPS_INIT || state == FERRY_QPS_RTR) {
 		err = EINVAL;
-	} else if (likely(state == FERRY_QPS_RTS && !wr->next && qp->sq_exec == qp->sq_head &&
-			  !atomic_load_explicit(&qp->async_error, memory_order_relaxed))) {
+	} else if (likely(!wr->next && shm_sq_idle(qp))) {
 		err = shm_post_send_now(qp, wr);
 	} else {
 		for (; wr; wr = wr->next) {

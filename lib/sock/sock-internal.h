@@ -165,8 +165,21 @@ struct sock_iomap {
  */
 #define SOCK_MAX_IOMAP		128
 #define SOCK_SMALL_MAX		256	/* inline payload staged on the stack */
+/* A direct write shorter than what was asked for must carry this much. */
+#define SOCK_DIRECT_MIN		4096
+/* Writes from this size on may store past our caches (sock_copy.c). */
+#define SOCK_COPY_LARGE		(16u << 10)
 
 /* --- the socket --- */
+
+/* How large direct writes store, and what each kind achieved (sock_copy.c). */
+struct sock_copy {
+	uint64_t bytes, ns;		/* the window being measured */
+	uint64_t last_ns;		/* when the last large send ended */
+	uint64_t rate[2];		/* bytes/us of plain [0], non-temporal [1]; 0: never */
+	uint32_t windows;		/* windows measured */
+	uint8_t nocache;		/* this window's kind */
+};
 
 enum sock_state {
 	SOCK_INIT,		/* fresh or bound */
@@ -242,6 +255,7 @@ struct ferry_sock {
 	struct ferry_cq *cq;		/* send and receive completions */
 	struct ferry_qp *qp;
 	bool verbs_transport;		/* send completions are the peer's acks */
+	bool direct;			/* writes try ferry_post_send_direct */
 
 	/* Receive ring and the target SGL the peer writes, one ferry_alloc block. */
 	uint8_t *rbuf;
@@ -269,6 +283,7 @@ struct ferry_sock {
 	/* Send side (slock). */
 	pthread_mutex_t slock;
 	uint32_t sbuf_head;		/* offset of the next byte into sbuf */
+	struct sock_copy copy;
 	int target_idx;			/* current entry of target_sgl; -1: first_target */
 
 	/* Posting (plock). */
@@ -389,6 +404,11 @@ uint64_t sock_readable_bytes(struct ferry_sock *s);
 bool sock_writable(struct ferry_sock *s);
 /* Post one write (plock held).  Only a WRITE_WITH_IMM of data or
  * IOMAP_SGL takes a credit. */
+/* sock_copy.c */
+unsigned int sock_copy_how(struct ferry_sock *s, uint32_t len);
+void sock_copy_account(struct ferry_sock *s, uint64_t bytes, uint64_t start_ns,
+		       uint64_t end_ns);
+
 int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge *sge,
 		 int nsge, unsigned int flags, uint64_t raddr, uint32_t rkey, uint32_t imm,
 		 uint32_t sbuf_bytes, bool force_signal);

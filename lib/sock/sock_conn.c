@@ -240,6 +240,7 @@ static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 		return 0;
 	s->ctx = ctx;
 	s->verbs_transport = sock_ctx_is_verbs(ctx);
+	s->direct = !s->verbs_transport;
 	/*
 	 * A PD of its own: on shm, a PD's remote-access memory is announced to
 	 * every peer connected through that PD, so one PD shared by all
@@ -365,6 +366,7 @@ static void sock_conn_connect_spare_take(struct ferry_sock *s, struct ferry_cont
 	}
 	s->ctx = sp->ctx;
 	s->verbs_transport = sp->verbs_transport;
+	s->direct = sp->direct;
 	s->sbuf_size = sp->sbuf_size;
 	s->rbuf_size = sp->rbuf_size;
 	s->pd = sp->pd;

@@ -65,6 +65,53 @@ static inline bool sock_want_signal(struct ferry_sock *s, bool force)
 	       s->unsignaled_bytes >= s->sbuf_size / 4;
 }
 
+/*
+ * Post @wr, signalled now and then (sock_want_signal); @sbuf_bytes of the
+ * send ring are freed by its completion.  @direct: through
+ * ferry_post_send_direct, its payload read from the caller's memory
+ * during the call; one the provider does not take that way (EAGAIN,
+ * EOPNOTSUPP) returns 1 with nothing changed, for the caller to stage.
+ */
+static int sock_post(struct ferry_sock *s, struct ferry_send_wr *wr, uint32_t sbuf_bytes,
+		     bool force_signal, bool direct, unsigned int how)
+{
+	struct ferry_send_wr *bad;
+	bool signal;
+	int ret;
+
+	s->unsignaled++;
+	s->unsignaled_bytes += sbuf_bytes;
+	signal = sock_want_signal(s, force_signal);
+	if (signal) {
+		wr->send_flags |= FERRY_SEND_SIGNALED;
+		wr->wr_id = (uint64_t)s->unsignaled << 32 | s->unsignaled_bytes;
+	}
+	ret = direct ? ferry_post_send_direct(s->qp, wr, how) : ferry_post_send(s->qp, wr, &bad);
+	if (ret < 0) {
+		s->unsignaled--;
+		s->unsignaled_bytes -= sbuf_bytes;
+		if (direct && (errno == EAGAIN || errno == EOPNOTSUPP)) {
+			if (errno == EOPNOTSUPP)
+				s->direct = false;
+			wr->send_flags &= ~(unsigned int)FERRY_SEND_SIGNALED;
+			wr->wr_id = 0;
+			return 1;
+		}
+		ferry_info("sock %d: post_send: %m", s->fd);
+		atomic_fetch_or(&s->closed, SOCK_RESET);
+		return -1;
+	}
+	if (signal)
+		s->unsignaled = s->unsignaled_bytes = 0;
+	/* Neither a plain write nor an update or control message takes a
+	 * receive credit. */
+	if (wr->opcode == FERRY_WR_RDMA_WRITE_WITH_IMM &&
+	    rs_op_takes_credit(be32toh(wr->imm_data) & RS_OP_MASK))
+		s->sseq_no++;
+	atomic_fetch_sub(&s->sqe_avail, 1);
+	return 0;
+}
+
 int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge *sge,
 		 int nsge, unsigned int flags, uint64_t raddr, uint32_t rkey, uint32_t imm,
 		 uint32_t sbuf_bytes, bool force_signal)
@@ -75,35 +122,10 @@ int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge
 		.opcode = op,
 		.send_flags = flags,
 		.imm_data = imm,
+		.wr.rdma = { .remote_addr = raddr, .rkey = rkey },
 	};
-	struct ferry_send_wr *bad;
-	bool signal;
 
-	s->unsignaled++;
-	s->unsignaled_bytes += sbuf_bytes;
-	signal = sock_want_signal(s, force_signal);
-	if (signal) {
-		wr.send_flags |= FERRY_SEND_SIGNALED;
-		wr.wr_id = (uint64_t)s->unsignaled << 32 | s->unsignaled_bytes;
-	}
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	if (ferry_post_send(s->qp, &wr, &bad) < 0) {
-		ferry_info("sock %d: post_send: %m", s->fd);
-		s->unsignaled--;
-		s->unsignaled_bytes -= sbuf_bytes;
-		atomic_fetch_or(&s->closed, SOCK_RESET);
-		return -1;
-	}
-	if (signal)
-		s->unsignaled = s->unsignaled_bytes = 0;
-	/* Neither a plain write nor an update or control message takes a
-	 * receive credit. */
-	if (op == FERRY_WR_RDMA_WRITE_WITH_IMM &&
-	    rs_op_takes_credit(be32toh(imm) & RS_OP_MASK))
-		s->sseq_no++;
-	atomic_fetch_sub(&s->sqe_avail, 1);
-	return 0;
+	return sock_post(s, &wr, sbuf_bytes, force_signal, false, 0);
 }
 
 static inline int sock_post_write(struct ferry_sock *s, struct ferry_sge *sge, int nsge,
@@ -488,20 +510,78 @@ uint32_t sock_stage(struct ferry_sock *s, uint32_t len, const struct iovec **iov
 	return wr_bytes;
 }
 
-/* Write @len bytes from the cursor into the current target buffer; slock held. */
-static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
-			   size_t *off_p)
+/*
+ * How many of the @len bytes at the cursor a direct write covers, from
+ * at most two iovecs (the SGEs of a socket's QP), filling @sge and
+ * *@nsge_p; 0 when a direct write does not pay: a short piece of a longer
+ * write made of many small iovecs is staged whole instead.
+ */
+static uint32_t sock_direct_sges(struct ferry_sock *s, uint32_t len, const struct iovec *v,
+				 size_t off, struct ferry_sge sge[2], int *nsge_p)
+{
+	uint32_t done = 0;
+	int n = 0;
+
+	if (!s->direct || len <= s->inline_size)
+		return 0;
+	while (done < len && n < 2) {
+		size_t piece = v->iov_len - off;
+
+		if (piece > len - done)
+			piece = len - done;
+		if (piece) {
+			sge[n++] = (struct ferry_sge){
+				(uintptr_t)((const uint8_t *)v->iov_base + off), (uint32_t)piece, 0 };
+			done += (uint32_t)piece;
+		}
+		v++;
+		off = 0;
+	}
+	*nsge_p = n;
+	return done == len || done >= SOCK_DIRECT_MIN ? done : 0;
+}
+
+/* Move the iovec cursor @len bytes on. */
+static void sock_skip(size_t len, const struct iovec **iov_p, size_t *off_p)
+{
+	while (len) {
+		size_t n = (*iov_p)->iov_len - *off_p;
+
+		if (n > len)
+			n = len;
+		len -= n;
+		*off_p += n;
+		if (*off_p == (*iov_p)->iov_len) {
+			(*iov_p)++;
+			*off_p = 0;
+		}
+	}
+}
+
+/*
+ * Write at most @len bytes from the cursor into the current target
+ * buffer; slock held.  Returns the bytes written, or -1.  On shm a write
+ * is tried first straight from the caller's memory into the peer's ring
+ * (ferry_post_send_direct): one copy of each byte on this side instead
+ * of two.  Where the provider cannot take it now it is staged as usual.
+ */
+static ssize_t sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
+			       size_t *off_p)
 {
 	volatile struct rs_sge *t = sock_target(s);
 	uint64_t raddr = t->addr;
 	uint32_t rkey = t->key;
 	uint8_t small[SOCK_SMALL_MAX];
 	struct ferry_sge sge[2];
+	struct ferry_send_wr wr = { .sg_list = sge, .opcode = FERRY_WR_RDMA_WRITE_WITH_IMM,
+				    .wr.rdma = { .remote_addr = raddr, .rkey = rkey } };
+	uint32_t wr_bytes = 0, direct;
 	unsigned int flags;
-	uint32_t wr_bytes;
-	int nsge, ret;
+	int ret = 1;
 
-	wr_bytes = sock_stage(s, len, iov_p, off_p, small, sge, &nsge, &flags);
+	direct = sock_direct_sges(s, len, *iov_p, *off_p, sge, &wr.num_sge);
+	if (direct)
+		len = direct;
 	/*
 	 * Consume the target entry before the write: once the data lands,
 	 * the peer may read it, free the buffer and publish the next one
@@ -511,11 +591,22 @@ static int sock_write_data(struct ferry_sock *s, uint32_t len, const struct iove
 	t->length -= len;
 	if (!t->length)
 		sock_target_next(s);
-	pthread_mutex_lock(&s->plock);
-	ret = sock_post_write(s, sge, nsge, flags, raddr, rkey, rs_imm(RS_OP_DATA, len),
-			      wr_bytes, false);
-	pthread_mutex_unlock(&s->plock);
-	return ret;
+	wr.imm_data = rs_imm(RS_OP_DATA, len);
+	if (direct) {
+		pthread_mutex_lock(&s->plock);
+		ret = sock_post(s, &wr, 0, false, true, sock_copy_how(s, len));
+		pthread_mutex_unlock(&s->plock);
+		if (ret == 0)
+			sock_skip(len, iov_p, off_p);
+	}
+	if (ret == 1) {
+		wr_bytes = sock_stage(s, len, iov_p, off_p, small, sge, &wr.num_sge, &flags);
+		wr.send_flags = flags;
+		pthread_mutex_lock(&s->plock);
+		ret = sock_post(s, &wr, wr_bytes, false, false, 0);
+		pthread_mutex_unlock(&s->plock);
+	}
+	return ret < 0 ? -1 : (ssize_t)len;
 }
 
 ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt, int flags)
@@ -523,6 +614,7 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 	bool nonblock = (flags & MSG_DONTWAIT) || atomic_load(&s->nonblock);
 	const struct iovec *cur = iov;
 	size_t total = 0, sent = 0, off = 0;
+	uint64_t start_ns = 0;
 	int i, err = 0;
 
 	for (i = 0; i < iovcnt; i++)
@@ -530,8 +622,11 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 	while (iovcnt > 0 && cur->iov_len == 0 && cur < iov + iovcnt - 1)
 		cur++;
 	pthread_mutex_lock(&s->slock);
+	if (s->direct && total >= SOCK_COPY_LARGE)
+		start_ns = sock_now_ns();	/* for sock_copy_account */
 	while (sent < total || (total == 0 && !sent)) {
 		uint32_t space;
+		ssize_t written;
 
 		err = sock_send_error(s);
 		if (err || total == 0)
@@ -556,13 +651,16 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 			space = (uint32_t)(total - sent);
 		while (cur->iov_len == 0)
 			cur++;
-		if (sock_write_data(s, space, &cur, &off) < 0) {
+		written = sock_write_data(s, space, &cur, &off);
+		if (written < 0) {
 			err = sock_send_error(s);
 			break;
 		}
-		sent += space;
-		sock_stat_add(&s->stat->tx_bytes, space);
+		sent += (size_t)written;
+		sock_stat_add(&s->stat->tx_bytes, (uint64_t)written);
 	}
+	if (start_ns && sent)
+		sock_copy_account(s, sent, start_ns, sock_now_ns());
 	pthread_mutex_unlock(&s->slock);
 	if (sent)
 		return (ssize_t)sent;
