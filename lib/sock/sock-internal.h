@@ -8,6 +8,14 @@
  * only to take the immediate, and the receive ring is published to the peer
  * half by half through the target SGL the peer writes into.
  *
+ * Copies.  On verbs a write is staged in the send ring, which the device
+ * reads.  On shm, where the provider executes a WR inside post_send, a
+ * write goes straight from the caller's buffer into the peer's ring
+ * (ferry_post_send_direct): one copy on each side, as with TCP, instead
+ * of two on the sender's.  Only a write the provider would have to queue
+ * (an earlier one waits for a receive) is staged.  Large ones store with
+ * whichever kind of store the two CPUs' placement favours (sock_copy.c).
+ *
  * The fd.  A ferry socket is named by an epoll fd it creates in
  * ferry_socket().  Into it go, as they come to exist, the socket's CM event
  * channel fd (connect, listen) and its completion channel fd.  The epoll fd
@@ -49,7 +57,8 @@
  * idle connections, and two processes 10,000 connections between them.
  *
  * Locks (always taken in this order, each one optional):
- *   slock  - one sender at a time: the send ring, the current target SGE;
+ *   slock  - one sender at a time: the send ring, the current target SGE,
+ *            the copy tuning;
  *   rlock  - one receiver at a time: consuming the receive ring;
  *   cqlock - polling the CQ and reposting receives (progress);
  *   plock  - posting to the send queue: sequence numbers, SQ slots, the
