@@ -1279,6 +1279,41 @@ START_TEST(test_integrity_stream)
 END_TEST
 
 /*
+ * The integrity stream with each kind of store forced (FERRY_STREAM_COPY,
+ * read at the first large write of the test's own process): direct writes
+ * of odd sizes and addresses, non-temporal ones included, on shm; on a
+ * device every write is staged whatever the variable says.
+ */
+static void ts_stream_copy_kind(const char *kind, unsigned int how)
+{
+	size_t mb = ts_stream_mb() / 8;
+	struct ferry_sock *sa;
+	int a, b;
+
+	ck_assert_int_eq(setenv("FERRY_STREAM_COPY", kind, 1), 0);
+	ts_stream((mb ? mb : 1) << 20, false);
+	ts_pair(&a, &b);
+	sa = sock_get(a);
+	ck_assert_ptr_nonnull(sa);
+	ck_assert_uint_eq(sock_copy_how(sa, 65536), how);
+	ck_assert_uint_eq(sock_copy_how(sa, 100), how);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+}
+
+START_TEST(test_integrity_stream_nocache)
+{
+	ts_stream_copy_kind("nocache", FERRY_DIRECT_NOCACHE);
+}
+END_TEST
+
+START_TEST(test_integrity_stream_cached)
+{
+	ts_stream_copy_kind("cached", 0);
+}
+END_TEST
+
+/*
  * Credits count data messages only, as rsocket counts them: the credit
  * and SGL updates a reader sends take none of its peer's credits, and the
  * peer counts none of them as taken.  An rsocket peer grants back only
@@ -2148,6 +2183,8 @@ Suite *sock_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_duplex_threads);
 	tcase_add_test(tc, test_integrity_stream);
+	tcase_add_test(tc, test_integrity_stream_nocache);
+	tcase_add_test(tc, test_integrity_stream_cached);
 	tcase_add_test(tc, test_credits_count_data_only);
 	tcase_add_test(tc, test_credit_window_grows);
 	tcase_add_test(tc, test_idle_leaves_target_sgl_alone);
