@@ -40,12 +40,16 @@
 #define PERF_PLOT_ITERS 5000		/* --plot: -n of the size sweep */
 #define PERF_CONNECT_MAX 1000000	/* connect rows: default -n */
 /*
- * Connect rows run in this many rounds, the transports in turns (ferry,
- * tcp, ferry, tcp, ...), each round a share of the row's time: a burst of
- * noise on the host then falls on both sides of the ratio, not on one
- * transport's whole second.  The report adds a transport's rounds up.
+ * Rows run in this many rounds, the rows of one test in turns (ferry,
+ * tcp, shm-bare, ferry, tcp, shm-bare, ...), each round a share of the
+ * row's iterations or time: a burst of noise on the host, or the host
+ * moving the two CPUs apart for a while (this machine's two vCPUs spend
+ * stretches on cores that share no cache, where every round trip costs
+ * several times more), then falls on both sides of a ratio, not on one
+ * row whole.  The report merges a row's rounds (perf_report_row).  Size
+ * sweeps (several -S sizes, --plot) run each row once.
  */
-#define PERF_CONNECT_ROUNDS 5
+#define PERF_ROUNDS 5
 #define PERF_RATE_SIZE 64		/* rate rows: message size */
 
 static void perf_usage(FILE *out)
@@ -61,7 +65,8 @@ static void perf_usage(FILE *out)
 "connection setup rate).  --local also measures, in the same run, kernel TCP\n"
 "loopback, the same TCP code under the preload shim (tcp+preload), a bare\n"
 "shared-memory ping-pong and memcpy, and prints the ratios the project\n"
-"targets.\n"
+"targets.  Each row runs in 5 rounds, the rows of a test taking turns, and\n"
+"is printed after its last (one round in size sweeps; see ferry-perf(1)).\n"
 "\n"
 "Roles:\n"
 "  -l, --local            fork a server; pin client and server to two CPUs\n"
@@ -395,6 +400,42 @@ struct perf_plan {
 	char preload_note[PATH_MAX + 96]; /* the shim, or why no tcp+preload rows */
 };
 
+/* Unmeasured round trips before @iters measured ones: -w, or a tenth. */
+static uint64_t perf_plan_warmup(const struct perf_opts *o, uint64_t iters)
+{
+	if (o->warmup >= 0)
+		return (uint64_t)o->warmup;
+	return iters / 10 > 2000 ? 2000 : iters / 10 + 1;
+}
+
+/* The rounds @test's rows run in (PERF_ROUNDS), 1 in size sweeps. */
+static unsigned int perf_plan_rounds(const struct perf_opts *o, enum perf_test test)
+{
+	return test == PERF_TEST_CONNECT || (o->nsizes <= 1 && !o->plot) ? PERF_ROUNDS : 1;
+}
+
+/*
+ * Rows [@first, nrows) are round @r of @rounds: each gets its share of
+ * the iterations, bytes and time, and a warm-up for its share.
+ */
+static void perf_plan_round(struct perf_plan *plan, const struct perf_opts *o, int first,
+			    unsigned int r, unsigned int rounds)
+{
+	int i;
+
+	for (i = first; i < plan->nrows && rounds > 1; i++) {
+		struct perf_row *row = &plan->rows[i];
+
+		row->round = r;
+		row->rounds = rounds;
+		row->seconds /= rounds;
+		row->bytes /= rounds;
+		row->iters = (row->iters + rounds - 1) / rounds;
+		if (row->test == PERF_TEST_LAT)
+			row->warmup = perf_plan_warmup(o, row->iters);
+	}
+}
+
 static void perf_plan_add(struct perf_plan *plan, const struct perf_opts *o,
 			  enum perf_test test, enum perf_op op,
 			  enum perf_transport tr, enum perf_mode mode, size_t size)
@@ -414,8 +455,7 @@ static void perf_plan_add(struct perf_plan *plan, const struct perf_opts *o,
 	if (iters > PERF_LAT_BYTES / size)
 		iters = PERF_LAT_BYTES / size > 200 ? PERF_LAT_BYTES / size : 200;
 	row->iters = iters;
-	row->warmup = o->warmup >= 0 ? (uint64_t)o->warmup :
-		      iters / 10 > 2000 ? 2000 : iters / 10 + 1;
+	row->warmup = perf_plan_warmup(o, iters);
 	row->bytes = o->bw_bytes;
 	row->seconds = o->bw_seconds;
 	if (test == PERF_TEST_CONNECT) {
@@ -498,28 +538,18 @@ static void perf_plan_stream_rows(struct perf_plan *plan, const struct perf_opts
 			      tcp_mode, size);
 }
 
-/*
- * The stream rows of one test, size and mode; connect's in rounds
- * (PERF_CONNECT_ROUNDS), each with its share of the time and of -n.
- */
+/* The stream rows of one test, size and mode, in rounds (perf_plan_rounds). */
 static void perf_plan_stream_test(struct perf_plan *plan, const struct perf_opts *o,
 				  enum perf_test test, enum perf_mode mode,
 				  size_t size, bool verbs, bool preload)
 {
-	unsigned int r, rounds = test == PERF_TEST_CONNECT ? PERF_CONNECT_ROUNDS : 1;
-	int i, first;
+	unsigned int r, rounds = perf_plan_rounds(o, test);
+	int first;
 
 	for (r = 0; r < rounds; r++) {
 		first = plan->nrows;
 		perf_plan_stream_rows(plan, o, test, mode, size, verbs, preload);
-		for (i = first; i < plan->nrows && rounds > 1; i++) {
-			struct perf_row *row = &plan->rows[i];
-
-			row->round = r;
-			row->rounds = rounds;
-			row->seconds /= rounds;
-			row->iters = (row->iters + rounds - 1) / rounds;
-		}
+		perf_plan_round(plan, o, first, r, rounds);
 	}
 }
 
@@ -602,15 +632,20 @@ static void perf_plan_build(struct perf_plan *plan, const struct perf_opts *o)
 	plan->nrows = 0;
 	/* the verbs-style operations, and their yardsticks: lat and bw */
 	for (test = 0; test <= PERF_TEST_BW; test++) {
+		unsigned int r, rounds = perf_plan_rounds(o, test);
+
 		if (!(o->tests & (1u << test)) || !(o->ops & PERF_ALL_FERRY_OPS))
 			continue;
-		if (o->nsizes == 0) {
-			perf_plan_size(plan, o, test, test == PERF_TEST_LAT ?
-				       lat_default : bw_default, true);
-			continue;
+		for (r = 0; r < rounds; r++) {
+			int first = plan->nrows;
+
+			if (o->nsizes == 0)
+				perf_plan_size(plan, o, test, test == PERF_TEST_LAT ?
+					       lat_default : bw_default, true);
+			for (i = 0; i < o->nsizes; i++)
+				perf_plan_size(plan, o, test, o->sizes[i], i == 0);
+			perf_plan_round(plan, o, first, r, rounds);
 		}
-		for (i = 0; i < o->nsizes; i++)
-			perf_plan_size(plan, o, test, o->sizes[i], i == 0);
 	}
 	perf_plan_stream(plan, o);
 	if (plan->nrows == 0)

@@ -23,6 +23,7 @@
 #define PERF_MAX_SIZES 32
 #define PERF_MIN_SIZE 8
 #define PERF_MAX_SIZE (4u << 20)
+#define PERF_MAX_ROUNDS 8		/* rounds a row may be split into */
 /* argv[1] of a stream worker exec'd under the shim (not for people) */
 #define PERF_WORKER_OPT "--stream-worker"
 
@@ -143,9 +144,10 @@ struct perf_result {
 	double gbit_s, mmsg_s, seconds;	/* bw, rate */
 	uint64_t bytes;			/* bw, rate */
 	double conn_s;			/* connect */
-	unsigned int round, rounds;	/* connect: this row is round @round of
-					 * @rounds, run in turns with the other
-					 * transports' (see perf_report_row) */
+	unsigned int round, rounds;	/* this row is round @round of @rounds,
+					 * run in turns with the other rows of
+					 * its test (see perf_report_row) */
+	double round_p50_us[PERF_MAX_ROUNDS];	/* lat: each round's p50 */
 	bool skipped;			/* stream row not run: see note */
 	char note[96];			/* why it was skipped */
 };
@@ -161,7 +163,7 @@ struct perf_row {
 	uint64_t warmup;		/* lat */
 	uint64_t bytes;			/* bw */
 	double seconds;			/* bw */
-	unsigned int round, rounds;	/* connect: round @round (0..) of @rounds */
+	unsigned int round, rounds;	/* round @round (0..) of @rounds */
 };
 
 /* --- perf_util.c: time, control messages, errors, pinning --- */

@@ -106,8 +106,7 @@ static void perf_report_json(const struct perf_result *r)
 		printf("\"rtt_us_min\":%.3f,\"rtt_us_p50\":%.3f,\"rtt_us_p99\":%.3f,",
 		       r->min_us, r->p50_us, r->p99_us);
 	else if (r->test == PERF_TEST_CONNECT)
-		printf("\"conn_s\":%.1f,\"seconds\":%.4f,\"rounds\":%u,", r->conn_s,
-		       r->seconds, r->rounds ? r->rounds : 1);
+		printf("\"conn_s\":%.1f,\"seconds\":%.4f,", r->conn_s, r->seconds);
 	else if (r->test == PERF_TEST_RATE)
 		printf("\"msg_s\":%.0f,\"gbit_s\":%.3f,\"bytes\":%llu,\"seconds\":%.4f,",
 		       r->mmsg_s * 1e6, r->gbit_s, (unsigned long long)r->bytes,
@@ -116,7 +115,7 @@ static void perf_report_json(const struct perf_result *r)
 		printf("\"gbit_s\":%.3f,\"mmsg_s\":%.4f,\"bytes\":%llu,\"seconds\":%.4f,",
 		       r->gbit_s, r->mmsg_s, (unsigned long long)r->bytes,
 		       r->seconds);
-	printf("\"cpus\":\"%s\"}\n", report.cpus);
+	printf("\"rounds\":%u,\"cpus\":\"%s\"}\n", r->rounds ? r->rounds : 1, report.cpus);
 }
 
 static void perf_report_human(const struct perf_result *r)
@@ -144,11 +143,64 @@ static void perf_report_human(const struct perf_result *r)
 		       r->mmsg_s, "-");
 }
 
+static int perf_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
 /*
- * A connect row run in rounds (PERF_CONNECT_ROUNDS in ferry-perf.c): the
- * first round's result is kept, the later ones add their connections and
- * time to it, and the sum is printed after the last.  Returns the row to
- * print, or NULL while rounds are still to come.
+ * Add round @res to @acc, the row's result so far; after the last round,
+ * what the rounds make together: latency min and p99 the extremes of the
+ * rounds', p50 the median of their p50s (@acc keeps them); throughput,
+ * rates and connections their sums over the sum of their times.
+ */
+static void perf_round_add(struct perf_result *acc, const struct perf_result *res)
+{
+	double p50[PERF_MAX_ROUNDS];
+	unsigned int n = res->round + 1;
+
+	if (res->skipped) {
+		acc->skipped = true;
+		memcpy(acc->note, res->note, sizeof(acc->note));
+	}
+	if (acc->skipped)
+		return;
+	if (res->round < PERF_MAX_ROUNDS)
+		acc->round_p50_us[res->round] = res->p50_us;
+	if (res->round > 0) {
+		acc->iters += res->iters;
+		acc->bytes += res->bytes;
+		acc->seconds += res->seconds;
+		if (res->min_us < acc->min_us)
+			acc->min_us = res->min_us;
+		if (res->p99_us > acc->p99_us)
+			acc->p99_us = res->p99_us;
+	}
+	if (acc->test == PERF_TEST_LAT) {
+		if (n < res->rounds)
+			return;		/* the median waits for every round */
+		if (n > PERF_MAX_ROUNDS)
+			n = PERF_MAX_ROUNDS;
+		memcpy(p50, acc->round_p50_us, n * sizeof(*p50));
+		qsort(p50, n, sizeof(*p50), perf_cmp_double);
+		acc->p50_us = n % 2 ? p50[n / 2] : (p50[n / 2 - 1] + p50[n / 2]) / 2;
+	} else if (acc->test == PERF_TEST_CONNECT) {
+		acc->conn_s = acc->iters / (acc->seconds > 0 ? acc->seconds : 1e-9);
+	} else {
+		double sec = acc->seconds > 0 ? acc->seconds : 1e-9;
+
+		acc->gbit_s = acc->bytes * 8.0 / sec / 1e9;
+		acc->mmsg_s = acc->iters / sec / 1e6;
+	}
+}
+
+/*
+ * A row run in rounds (PERF_ROUNDS in ferry-perf.c): the first round's
+ * result is kept, the later ones are merged into it (perf_round_add), and
+ * the whole is printed after the last.  Returns the row to print, or NULL
+ * while rounds are still to come.
  */
 static const struct perf_result *perf_report_round(const struct perf_result *res)
 {
@@ -170,15 +222,8 @@ static const struct perf_result *perf_report_round(const struct perf_result *res
 			return res->round + 1 < res->rounds ? NULL : res;
 		acc = &report.rows[report.nrows++];
 		*acc = *res;
-	} else if (!acc->skipped) {
-		if (res->skipped) {
-			acc->skipped = true;
-			memcpy(acc->note, res->note, sizeof(acc->note));
-		}
-		acc->iters += res->iters;
-		acc->seconds += res->seconds;
-		acc->conn_s = acc->iters / (acc->seconds > 0 ? acc->seconds : 1e-9);
 	}
+	perf_round_add(acc, res);
 	return res->round + 1 < res->rounds ? NULL : acc;
 }
 

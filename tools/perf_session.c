@@ -159,9 +159,11 @@ static void perf_client_row(struct perf_session *s, const struct perf_row *row,
 	res->transport = row->transport;
 	res->mode = row->mode;
 	res->size = row->size;
+	res->round = row->round;	/* the plan's, not on the wire */
+	res->rounds = row->rounds;
 	if (row->op == PERF_OP_STREAM) {
 		perf_client_stream_row(s, row, res);
-		res->round = row->round;	/* the plan's, not on the wire */
+		res->round = row->round;	/* the worker's result replaced ours */
 		res->rounds = row->rounds;
 		return;
 	}
