@@ -305,7 +305,8 @@ int ferry_comp_channel_on_conn(struct ferry_comp_channel *channel, struct ferry_
  * QP is not in RTS), with nothing posted: post it with ferry_post_send
  * from registered memory instead.  EOPNOTSUPP where the provider never
  * executes at post time (verbs: the device reads the payload later),
- * EINVAL for a chain or an opcode that carries no payload of ours.
+ * EINVAL for a chain, an opcode that carries no payload of ours, or a
+ * flag beyond SIGNALED and SOLICITED (INLINE is implied).
  * So a stream socket on shm copies a write once, into the peer's ring,
  * instead of first into its own send ring.
  *
