@@ -1314,6 +1314,52 @@ START_TEST(test_integrity_stream_cached)
 END_TEST
 
 /*
+ * A write the provider cannot carry out at once (here: the QP is in SQD,
+ * which holds new work) is refused by ferry_post_send_direct and staged
+ * through the send ring instead: send() returns with the bytes copied
+ * (the caller's buffer is reused at once), nothing arrives until the QP
+ * runs again, then everything does, in order, followed by a direct write.
+ */
+START_TEST(test_direct_refused_stages)
+{
+	size_t len = 20000;
+	uint8_t *out, *in;
+	struct ferry_qp_attr attr;
+	struct ferry_sock *sa;
+	char c;
+	int a, b;
+
+	if (!tu_on_shm())
+		TS_SKIP("test_direct_refused_stages", "only shm executes writes at post time");
+	out = malloc(2 * len);
+	in = malloc(2 * len);
+	ts_pair(&a, &b);
+	sa = sock_get(a);
+	ck_assert_ptr_nonnull(sa);
+	ck_assert(sa->direct);
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = FERRY_QPS_SQD;
+	ck_assert_int_eq(ferry_modify_qp(sa->qp, &attr, FERRY_QP_STATE), 0);
+	ts_fill(out, 2 * len, 31);
+	memcpy(in, out, len);
+	ck_assert_int_eq(ferry_sock_send(a, in, len, 0), (ssize_t)len);
+	memset(in, 0, len);		/* staged: the buffer is ours again */
+	ck_assert_int_eq(ferry_sock_recv(b, &c, 1, MSG_DONTWAIT), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	attr.qp_state = FERRY_QPS_RTS;
+	ck_assert_int_eq(ferry_modify_qp(sa->qp, &attr, FERRY_QP_STATE), 0);
+	ck_assert_int_eq(ferry_sock_send(a, out + len, len, 0), (ssize_t)len);
+	ts_read_all(b, in, 2 * len);
+	ck_assert(memcmp(in, out, 2 * len) == 0);
+	ck_assert(sa->direct);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+	free(out);
+	free(in);
+}
+END_TEST
+
+/*
  * Credits count data messages only, as rsocket counts them: the credit
  * and SGL updates a reader sends take none of its peer's credits, and the
  * peer counts none of them as taken.  An rsocket peer grants back only
@@ -2185,6 +2231,7 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_integrity_stream);
 	tcase_add_test(tc, test_integrity_stream_nocache);
 	tcase_add_test(tc, test_integrity_stream_cached);
+	tcase_add_test(tc, test_direct_refused_stages);
 	tcase_add_test(tc, test_credits_count_data_only);
 	tcase_add_test(tc, test_credit_window_grows);
 	tcase_add_test(tc, test_idle_leaves_target_sgl_alone);
