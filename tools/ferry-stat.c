@@ -269,6 +269,7 @@ static void stat_print_json(const struct stat_row *rows, size_t n)
 		       (unsigned long long)r->rx_unread, r->rbuf_size);
 		printf(",\"tx_ring\":{\"in_flight\":%llu,\"size\":%u}",
 		       (unsigned long long)r->tx_in_flight, r->sbuf_size);
+		printf(",\"sent_nocache\":%llu", (unsigned long long)r->tx_nocache);
 		printf(",\"flags\":[");
 		for (f = 0, first = true; f < sizeof(flags) / sizeof(flags[0]); f++) {
 			if (!(r->flags & flags[f].bit))

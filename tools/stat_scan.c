@@ -100,6 +100,7 @@ bool stat_slot_read(const struct sock_stat_slot *slot, struct stat_row *row,
 	row->rx_bytes = c.rx_bytes;
 	row->rx_unread = stat_gap(c.rx_bytes, c.rx_ring_in, c.rbuf_size);
 	row->tx_in_flight = stat_gap(c.tx_ring_out, c.tx_ring_in, c.sbuf_size);
+	row->tx_nocache = c.tx_nocache;
 	return true;
 }
 

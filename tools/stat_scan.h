@@ -25,6 +25,7 @@ struct stat_row {
 	uint64_t tx_bytes, rx_bytes;	/* stream bytes sent and read */
 	uint64_t rx_unread;		/* receive ring: arrived, not read */
 	uint64_t tx_in_flight;		/* send ring: written, not completed */
+	uint64_t tx_nocache;		/* sent with non-temporal stores */
 	uint32_t rbuf_size, sbuf_size;
 };
 

@@ -593,11 +593,16 @@ static ssize_t sock_write_data(struct ferry_sock *s, uint32_t len, const struct 
 		sock_target_next(s);
 	wr.imm_data = rs_imm(RS_OP_DATA, len);
 	if (direct) {
+		unsigned int how = sock_copy_how(s, len);
+
 		pthread_mutex_lock(&s->plock);
-		ret = sock_post(s, &wr, 0, false, true, sock_copy_how(s, len));
+		ret = sock_post(s, &wr, 0, false, true, how);
 		pthread_mutex_unlock(&s->plock);
-		if (ret == 0)
+		if (ret == 0) {
 			sock_skip(len, iov_p, off_p);
+			if (how & FERRY_DIRECT_NOCACHE)
+				sock_stat_add(&s->stat->tx_nocache, len);
+		}
 	}
 	if (ret == 1) {
 		wr_bytes = sock_stage(s, len, iov_p, off_p, small, sge, &wr.num_sge, &flags);

@@ -183,6 +183,7 @@ void sock_stat_attach(struct ferry_sock *s)
 		__atomic_store_n(&slot->flags, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&slot->tx_bytes, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&slot->tx_ring_in, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&slot->tx_nocache, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&slot->rx_bytes, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&slot->rx_ring_in, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&slot->tx_ring_out, 0, __ATOMIC_RELAXED);

@@ -108,7 +108,8 @@ struct sock_stat_slot {
 	/* Sender (slock). */
 	uint64_t tx_bytes __attribute__((aligned(64)));	/* stream bytes sent */
 	uint64_t tx_ring_in;	/* bytes copied into the send ring */
-	uint8_t reserved_tx[48];
+	uint64_t tx_nocache;	/* bytes stored past the caches (sock_copy.c) */
+	uint8_t reserved_tx[40];
 
 	/* Receiver (rlock) and progress (cqlock). */
 	uint64_t rx_bytes __attribute__((aligned(64)));	/* stream bytes read */
