@@ -357,10 +357,10 @@ struct shm_cq {
 	_Atomic uint32_t local_seq;
 };
 
-/* A posted send, copied at post time. */
 /* A WR of ferry_post_send_direct's FERRY_DIRECT_NOCACHE: stores past our caches. */
 #define SHM_SWQE_NOCACHE	(1u << 31)
 
+/* A posted send, copied at post time. */
 struct shm_swqe {
 	uint64_t wr_id;
 	enum ferry_wr_opcode opcode;

@@ -411,13 +411,13 @@ static inline uint32_t sock_recv_depth(const struct ferry_sock *s)
 }
 uint64_t sock_readable_bytes(struct ferry_sock *s);
 bool sock_writable(struct ferry_sock *s);
-/* Post one write (plock held).  Only a WRITE_WITH_IMM of data or
- * IOMAP_SGL takes a credit. */
 /* sock_copy.c */
 unsigned int sock_copy_how(struct ferry_sock *s, uint32_t len);
 void sock_copy_account(struct ferry_sock *s, uint64_t bytes, uint64_t start_ns,
 		       uint64_t end_ns);
 
+/* Post one write (plock held).  Only a WRITE_WITH_IMM of data or
+ * IOMAP_SGL takes a credit. */
 int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge *sge,
 		 int nsge, unsigned int flags, uint64_t raddr, uint32_t rkey, uint32_t imm,
 		 uint32_t sbuf_bytes, bool force_signal);
