@@ -451,23 +451,47 @@ int sock_send_error(struct ferry_sock *s)
 	return 0;
 }
 
+/*
+ * Take the next piece of at most @max bytes at the iovec cursor (*@p_p:
+ * where it starts) and move the cursor past it, and past the iovec if
+ * that ends it (an empty one gives a 0-byte piece and is left behind).
+ */
+static size_t sock_cursor_step(const struct iovec **iov_p, size_t *off_p, size_t max,
+			       const uint8_t **p_p)
+{
+	const struct iovec *v = *iov_p;
+	size_t n = v->iov_len - *off_p;
+
+	if (n > max)
+		n = max;
+	*p_p = (const uint8_t *)v->iov_base + *off_p;
+	*off_p += n;
+	if (*off_p == v->iov_len) {
+		(*iov_p)++;
+		*off_p = 0;
+	}
+	return n;
+}
+
+/* Move the iovec cursor @len bytes on. */
+static void sock_skip(size_t len, const struct iovec **iov_p, size_t *off_p)
+{
+	const uint8_t *p;
+
+	while (len)
+		len -= sock_cursor_step(iov_p, off_p, len, &p);
+}
+
 /* Gather @len bytes from the iovec cursor into @dst. */
 static void sock_gather(uint8_t *dst, size_t len, const struct iovec **iov_p, size_t *off_p)
 {
 	while (len) {
-		const struct iovec *v = *iov_p;
-		size_t n = v->iov_len - *off_p;
+		const uint8_t *p;
+		size_t n = sock_cursor_step(iov_p, off_p, len, &p);
 
-		if (n > len)
-			n = len;
-		memcpy(dst, (const uint8_t *)v->iov_base + *off_p, n);
+		memcpy(dst, p, n);
 		dst += n;
 		len -= n;
-		*off_p += n;
-		if (*off_p == v->iov_len) {
-			(*iov_p)++;
-			*off_p = 0;
-		}
 	}
 }
 
@@ -539,23 +563,6 @@ static uint32_t sock_direct_sges(struct ferry_sock *s, uint32_t len, const struc
 	}
 	*nsge_p = n;
 	return done == len || done >= SOCK_DIRECT_MIN ? done : 0;
-}
-
-/* Move the iovec cursor @len bytes on. */
-static void sock_skip(size_t len, const struct iovec **iov_p, size_t *off_p)
-{
-	while (len) {
-		size_t n = (*iov_p)->iov_len - *off_p;
-
-		if (n > len)
-			n = len;
-		len -= n;
-		*off_p += n;
-		if (*off_p == (*iov_p)->iov_len) {
-			(*iov_p)++;
-			*off_p = 0;
-		}
-	}
 }
 
 /*
