@@ -24,7 +24,7 @@
  *
  * Execution.  The initiator does all the work in ferry_post_send(): checks
  * the rkey against the peer's MR table, copies the data (memcpy into a mapped
- * block, or process_vm_writev for other memory), consumes one of the peer's
+ * block, or through /proc/<pid>/mem for other memory: shm_peer.c), consumes one of the peer's
  * posted receives when the opcode needs it, and writes a delivery into its
  * own DQ ring.  The receiver turns deliveries into completions in
  * ferry_poll_cq().  A send that finds no posted receive waits per the RNR
@@ -43,6 +43,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "ferry-internal.h"
 #include "lock.h"
@@ -115,7 +116,7 @@ struct shm_notify {
 
 /* A scatter element of a published receive. */
 struct shm_rsge {
-	uint64_t block_id;	/* 0: plain process memory, reached by process_vm_writev */
+	uint64_t block_id;	/* 0: plain process memory, reached through shm_peer.c */
 	uint64_t addr;		/* block offset if block_id, else virtual address */
 	uint64_t length;
 };
@@ -225,9 +226,12 @@ struct shm_mapping {
 };
 
 /*
- * shm_map_fd - map a peer's memfd (after checking it is a sealed shmem file
- * of at least @min_size bytes), sharing the mapping with
- * earlier maps of the same file.  Returns NULL with errno set.
+ * shm_map_fd - map a peer's memfd (after checking it is a shmem file sealed
+ * against shrinking and growing, of at least @min_size bytes), sharing the
+ * mapping with earlier maps of the same file; a shared mapping must also
+ * cover @min_size.  Every access is then within a mapping of a file whose
+ * size cannot change: a fault on it is impossible.  Returns NULL with
+ * errno set (EINVAL: not such a file, or too small).
  */
 struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot);
 void shm_unmap(struct shm_mapping *m);
@@ -388,7 +392,10 @@ struct shm_conn {
 	/* sock is our recv CQ's channel as well (ferry_comp_channel_on_conn):
 	 * its number is the caller's, and ERR shuts it down to wake pollers. */
 	bool on_channel;
-	pid_t peer_pid;			/* SO_PEERCRED: target of process_vm_* */
+	pid_t peer_pid;			/* from the HELLO's credentials */
+	/* The peer's address space, for memory outside blocks (shm_peer.c);
+	 * NULL: none may be reached (another user, or it could not be had). */
+	struct shm_peer_proc *peer_proc;
 	uint32_t peer_qpn;
 	uint32_t peer_rq_size;		/* validated copies from HELLO */
 	uint32_t peer_rq_sge;
@@ -548,6 +555,16 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size);
  * has let go of ours, else once it does (or dies).
  */
 void shm_region_release(struct shm_qp *qp, struct shm_conn *conn);
+
+/* shm_peer.c: a peer process's memory outside blocks */
+struct shm_peer_proc;
+/* The peer process @pid of user @uid (ours only), shared; NULL + errno. */
+struct shm_peer_proc *shm_peer_proc_get(pid_t pid, uid_t uid);
+void shm_peer_proc_put(struct shm_peer_proc *pp);
+/* preadv/pwritev of its memory at @addr: bytes, or -1 + errno (ESRCH: it
+ * exited; EPERM: @pp is NULL). */
+ssize_t shm_peer_proc_rw(struct shm_peer_proc *pp, bool write, const struct iovec *iov,
+			 int n, uint64_t addr);
 
 /* shm_qp.c: QP objects and the state machine */
 struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *attr);

@@ -26,6 +26,9 @@
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
 
+/* What a peer's file must be sealed with before we map it: a fixed size. */
+#define SHM_PEER_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
+
 uint64_t shm_now_ns(void)
 {
 	struct timespec ts;
@@ -58,16 +61,28 @@ struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot)
 	pthread_mutex_lock(&maps_lock);
 	for (m = maps; m; m = m->next) {
 		if (m->dev == st.st_dev && m->ino == st.st_ino && m->prot == prot) {
+			/* Its seals were checked and none ever goes, so the file
+			 * cannot have changed size; what counts is still the
+			 * mapping we have, not what fstat says now. */
+			if (m->size < min_size) {
+				pthread_mutex_unlock(&maps_lock);
+				ferry_warn("peer named %zu bytes of a file mapped with %zu",
+					   min_size, m->size);
+				goto err_inval;
+			}
 			if (m->refs++ == 0)
 				maps_idle_kept--;	/* only kept ones stay at zero */
 			pthread_mutex_unlock(&maps_lock);
-			return m;	/* its seals were checked: none ever goes */
+			return m;
 		}
 	}
+	/* Sealed both ways: a file that could grow would have fstat and our
+	 * mapping disagree, and one that could shrink would fault under us. */
 	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+	if (seals < 0 || (seals & SHM_PEER_SEALS) != SHM_PEER_SEALS) {
 		pthread_mutex_unlock(&maps_lock);
-		ferry_warn("peer passed a file that is not a shrink-sealed memfd");
+		ferry_warn("peer passed a file that is not a memfd sealed against "
+			   "shrinking and growing");
 		goto err_inval;
 	}
 	m = calloc(1, sizeof(*m));

@@ -93,14 +93,14 @@ static void shm_close_fds(int *fds, int n)
 /*
  * shm_msg_recv - receive one message of one of the @types (a mask of
  * SHM_MSG_BIT) with exactly @want_fds descriptors,
- * waiting at most @timeout_ms (-1: don't wait at all).  With @pid_p, also
- * the sender's process id as the kernel vouches for it (SO_PASSCRED must be
- * on).  Returns 0, or -1 with
+ * waiting at most @timeout_ms (-1: don't wait at all).  With @cred_p, also
+ * the sender's credentials as the kernel vouches for them (SO_PASSCRED must
+ * be on; pid 0 when none came).  Returns 0, or -1 with
  * errno: EAGAIN (nothing there), ETIMEDOUT, ECONNRESET (peer gone), EPROTO
  * (malformed: wrong size, magic, version, type or fd count).
  */
 static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
-			int want_fds, int timeout_ms, pid_t *pid_p)
+			int want_fds, int timeout_ms, struct ucred *cred_p)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * SHM_MSG_MAX_FDS) +
@@ -150,11 +150,8 @@ static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
 				ngot++;
 			}
 		} else if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS &&
-			   pid_p) {
-			struct ucred cred;
-
-			memcpy(&cred, CMSG_DATA(cm), sizeof(cred));
-			*pid_p = cred.pid;
+			   cred_p) {
+			memcpy(cred_p, CMSG_DATA(cm), sizeof(*cred_p));
 		}
 	}
 	if (n != (ssize_t)sizeof(*msg) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
@@ -348,9 +345,10 @@ static bool shm_hello_ok(const struct shm_msg *m)
 }
 
 /*
- * The peer's pid (the target of process_vm_*) comes from the credentials the
- * kernel attaches to its HELLO: SO_PEERCRED would name whoever created the
- * socket, which for a socketpair shared across fork is not the peer.
+ * The peer's pid and uid (whose memory outside blocks shm_peer.c opens)
+ * come from the credentials the kernel attaches to its HELLO: SO_PEERCRED
+ * would name whoever created the socket, which for a socketpair shared
+ * across fork is not the peer.
  */
 static int shm_check_socket(int sock, bool cm_made)
 {
@@ -394,13 +392,14 @@ static int shm_hello_send(struct shm_qp *qp, struct shm_conn *conn)
 
 static int shm_hello_recv(struct shm_conn *conn)
 {
+	struct ucred cred = { .pid = 0 };
 	struct shm_msg m;
 	int pfds[SHM_HELLO_FDS];
 
-	conn->peer_pid = 0;
 	if (shm_msg_recv(conn->sock, &m, SHM_MSG_BIT(SHM_MSG_HELLO), pfds, SHM_HELLO_FDS,
-			 SHM_EXCHANGE_TIMEOUT_MS, &conn->peer_pid) < 0)
+			 SHM_EXCHANGE_TIMEOUT_MS, &cred) < 0)
 		return -1;
+	conn->peer_pid = cred.pid;
 	if (conn->peer_pid <= 0) {
 		ferry_warn("peer's HELLO carries no credentials");
 		shm_close_fds(pfds, SHM_HELLO_FDS);
@@ -431,6 +430,10 @@ static int shm_hello_recv(struct shm_conn *conn)
 						   (const void **)&conn->peer_notify);
 	conn->peer_wake = m.wake;
 	conn->peer_kick = m.kick;
+	conn->peer_proc = shm_peer_proc_get(cred.pid, cred.uid);
+	if (!conn->peer_proc)
+		ferry_debug("peer pid %d (uid %u): its memory outside blocks stays out of "
+			    "reach: %m", (int)cred.pid, (unsigned int)cred.uid);
 
 	close(pfds[0]);
 	close(pfds[1]);
@@ -516,6 +519,7 @@ void shm_conn_destroy(struct shm_conn *conn)
 	shm_unmap(conn->peer_table_map);
 	shm_unmap(conn->peer_xtable_map);
 	shm_unmap(conn->peer_notify_map);
+	shm_peer_proc_put(conn->peer_proc);
 	for (i = 0; i < conn->nblocks; i++)
 		shm_unmap(conn->blocks[i].map);
 	free(conn->blocks);

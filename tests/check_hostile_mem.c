@@ -1,0 +1,241 @@
+/*
+ * check_hostile_mem.c - attacks on the memory a peer hands us or points us
+ * at, each played as the attacker would (issue 13, "Security and
+ * isolation" in ferry(7)):
+ *
+ *   - a memfd sealed against shrinking only, passed small and then grown,
+ *     naming a piece far inside: the piece must be refused, never read
+ *     past the mapping we have (a crash without the seal and size checks);
+ *   - a peer whose receives are plain memory, which exits while a forked
+ *     child keeps the connection open, its pid then reused by another
+ *     process: the next SEND must reach nothing, never that process.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "check_suites.h"
+#include "testutil.h"
+#include "prov/shm-internal.h"
+
+#define HM_SKIP(name, why) do { \
+	printf("SKIP %s: %s\n", name, why); \
+	fflush(stdout); \
+	return; \
+	} while (0)
+
+/* --- a memfd that grows --- */
+
+static int hm_memfd(size_t size, int seals)
+{
+	int fd = memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, seals), 0);
+	return fd;
+}
+
+/* Read every byte of what a mapping says is there: a fault kills the test. */
+static unsigned int hm_touch(const volatile uint8_t *p, size_t len)
+{
+	unsigned int sum = 0;
+
+	for (size_t i = 0; i < len; i += 512)
+		sum += p[i];
+	return sum + p[len - 1];
+}
+
+START_TEST(test_grown_memfd)
+{
+	const size_t small = 64 << 10, big = 64 << 20, far = 32 << 20, piece = 4096;
+	struct shm_mapping *m1, *m2;
+	const void *a1 = NULL, *a2 = NULL;
+	int fd = hm_memfd(small, F_SEAL_SHRINK);
+
+	/* First HELLO: a piece of the small file.  Refused: it could grow. */
+	m1 = shm_arena_map_peer(fd, 0, piece, &a1);
+	if (m1)
+		hm_touch(a1, piece);
+	/* The peer grows it and names a piece far inside the new size. */
+	ck_assert_int_eq(ftruncate(fd, (off_t)big), 0);
+	m2 = shm_arena_map_peer(fd, far, piece, &a2);
+	if (m2)
+		hm_touch(a2, piece);	/* SIGBUS or SIGSEGV past the old mapping */
+	ck_assert_msg(!m1 && !m2, "a growable memfd was mapped");
+	ck_assert_int_eq(errno, EINVAL);
+	close(fd);
+
+	/* Sealed both ways: pieces inside are fine, one past the end is not. */
+	fd = hm_memfd(small, F_SEAL_SHRINK | F_SEAL_GROW);
+	m1 = shm_arena_map_peer(fd, small - piece, piece, &a1);
+	ck_assert_ptr_nonnull(m1);
+	hm_touch(a1, piece);
+	m2 = shm_arena_map_peer(fd, far, piece, &a2);
+	ck_assert_ptr_null(m2);
+	/* The same file mapped again (shared mapping): still bounded by it. */
+	m2 = shm_arena_map_peer(fd, small - piece / 2, piece, &a2);
+	ck_assert_ptr_null(m2);
+	shm_unmap(m1);
+	close(fd);
+
+	/* A ferry_alloc block a peer passes goes through the same check. */
+	fd = hm_memfd(small, F_SEAL_SHRINK);
+	ck_assert_ptr_null(shm_map_fd(fd, 1, PROT_READ | PROT_WRITE));
+	close(fd);
+}
+END_TEST
+
+/* --- a reused pid --- */
+
+/* Where the peer's receive buffer and, later, the victim's secret live. */
+#define HM_ADDR ((void *)0x6e5a00000000ull)
+#define HM_PAGE 4096
+#define HM_VICTIM 0x5a
+#define HM_PAYLOAD 0xee
+
+/* The peer: a receive in plain memory at HM_ADDR, then it exits, leaving a
+ * child of its own to hold the connection open. */
+static int hm_peer_child(int sock, int ctl, void *arg)
+{
+	struct tu_remote peer;
+	struct ferry_mr *mr;
+	struct tu_end e;
+	uint8_t *buf;
+	pid_t holder;
+
+	(void)arg;
+	buf = mmap(HM_ADDR, HM_PAGE, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	TU_CHILD_CHECK(buf == HM_ADDR);
+	tu_child_connect(&e, &(struct tu_opts){ 0 }, sock, &peer);
+	mr = ferry_reg_mr(e.pd, buf, HM_PAGE, FERRY_ACCESS_LOCAL_WRITE);
+	TU_CHILD_CHECK(mr != NULL);
+	TU_CHILD_CHECK(tu_post_recv1(e.qp, 7, buf, HM_PAGE, mr->lkey) == 0);
+	holder = tu_fork_quiet();
+	TU_CHILD_CHECK(holder >= 0);
+	if (holder == 0) {
+		for (;;)
+			pause();	/* holds the connection until killed */
+	}
+	TU_CHILD_CHECK(tu_send_u32(ctl, (uint32_t)holder) == 0);
+	_exit(0);
+}
+
+/* Fork a process that gets pid @want (root: ns_last_pid); it maps a page
+ * at HM_ADDR full of HM_VICTIM, says so on @ready, then waits for a byte
+ * on @go and exits 0 if the page is intact.  Returns its pid, or -1. */
+static pid_t hm_spawn_victim(pid_t want, int ready, int go)
+{
+	for (int tries = 0; tries < 200; tries++) {
+		FILE *f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+		pid_t v;
+
+		if (!f)
+			return -1;
+		fprintf(f, "%d", (int)want - 1);
+		if (fclose(f) != 0)
+			return -1;
+		v = tu_fork_quiet();
+		ck_assert_int_ge(v, 0);
+		if (v == 0) {
+			uint8_t *p;
+			char c;
+
+			if (getpid() != want)
+				_exit(3);
+			p = mmap(HM_ADDR, HM_PAGE, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+			if (p != HM_ADDR)
+				_exit(4);
+			memset(p, HM_VICTIM, HM_PAGE);
+			if (write(ready, "r", 1) != 1 || read(go, &c, 1) != 1)
+				_exit(5);
+			_exit(tu_all_bytes(p, HM_PAGE, HM_VICTIM) ? 0 : 1);
+		}
+		if (v == want)
+			return v;
+		waitpid(v, NULL, 0);	/* someone else took the pid first */
+	}
+	return -1;
+}
+
+START_TEST(test_pid_reuse)
+{
+	int sock, ctl, status, rp[2], gp[2];
+	struct tu_remote mine, peer;
+	struct ferry_wc wc;
+	struct tu_end e;
+	uint32_t holder;
+	pid_t cpid, victim;
+	char c;
+
+	if (!tu_on_shm())
+		HM_SKIP("test_pid_reuse", "cross-memory access is the shm transport's");
+	if (geteuid() != 0 || access("/proc/sys/kernel/ns_last_pid", W_OK) != 0)
+		HM_SKIP("test_pid_reuse", "needs root to pick the pid of a new process");
+	cpid = tu_fork(hm_peer_child, NULL, &sock, &ctl);
+	tu_end_open(&e, &(struct tu_opts){ 0 });
+	mine = (struct tu_remote){ (uintptr_t)e.buf, e.len, e.mr->rkey, e.qp->qp_num,
+				   0, 0, 0, 0 };
+	ck_assert_int_eq(tu_msg_send(sock, &mine, sizeof(mine)), 0);
+	ck_assert_int_eq(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS), 0);
+	ck_assert_int_eq(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL), 0);
+	close(sock);
+	ck_assert_int_eq(tu_recv_u32(ctl, &holder, TU_WAIT_MS), 0);
+	ck_assert_int_eq(waitpid(cpid, &status, 0), cpid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+	/* The peer is gone, its connection held open; its pid comes back. */
+	ck_assert_int_eq(pipe(rp), 0);
+	ck_assert_int_eq(pipe(gp), 0);
+	victim = hm_spawn_victim(cpid, rp[1], gp[0]);
+	if (victim < 0) {
+		kill((pid_t)holder, SIGKILL);
+		tu_end_close(&e);
+		HM_SKIP("test_pid_reuse", "the peer's pid could not be had again");
+	}
+	ck_assert_int_eq(read(rp[0], &c, 1), 1);
+
+	/* A SEND into the peer's receive, at HM_ADDR in "pid cpid". */
+	memset(e.buf, HM_PAYLOAD, 64);
+	ck_assert_int_eq(tu_post_send1(e.qp, 1, FERRY_WR_SEND, 0, e.buf, 64, e.mr->lkey,
+				       0, 0), 0);
+	tu_poll1(e.send_cq, &wc);
+	ck_assert_int_eq(write(gp[1], "g", 1), 1);
+	ck_assert_int_eq(waitpid(victim, &status, 0), victim);
+	kill((pid_t)holder, SIGKILL);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "the SEND meant for an exited peer was written into pid %d, "
+		      "another process (status %#x)", (int)victim, status);
+	ck_assert_int_ne(wc.status, FERRY_WC_SUCCESS);
+	close(rp[0]);
+	close(rp[1]);
+	close(gp[0]);
+	close(gp[1]);
+	close(ctl);
+	tu_end_close(&e);
+}
+END_TEST
+
+Suite *hostile_mem_suite(void)
+{
+	Suite *s = suite_create("hostile_mem");
+	TCase *tc = tcase_create("hostile_mem");
+
+	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
+	tcase_add_test(tc, test_grown_memfd);
+	tcase_add_test(tc, test_pid_reuse);
+	suite_add_tcase(s, tc);
+	return s;
+}
