@@ -8,7 +8,10 @@
  *     past the mapping we have (a crash without the seal and size checks);
  *   - a peer whose receives are plain memory, which exits while a forked
  *     child keeps the connection open, its pid then reused by another
- *     process: the next SEND must reach nothing, never that process.
+ *     process: the next SEND must reach nothing, never that process;
+ *   - the same memory of a live peer: reached when the peer is of our
+ *     user, never when it is another user's (root must not write where
+ *     TCP would not let it).
  */
 #include "config.h"
 
@@ -228,6 +231,119 @@ START_TEST(test_pid_reuse)
 }
 END_TEST
 
+/* --- memory outside blocks, of a live peer --- */
+
+struct hm_plain_arg {
+	uid_t uid;		/* become this user first (0: stay) */
+};
+
+/* A peer whose receive and remote-access MR are plain memory at HM_ADDR;
+ * it sends their address and rkey on @ctl, waits for the receive, and
+ * reports on @ctl whether it arrived (1) or not (0). */
+static int hm_plain_child(int sock, int ctl, void *arg)
+{
+	const struct hm_plain_arg *pa = arg;
+	struct tu_remote peer, mine = { 0 };
+	struct ferry_mr *mr;
+	struct ferry_wc wc;
+	struct tu_end e;
+	uint8_t *buf;
+	int n;
+
+	if (pa->uid)
+		TU_CHILD_CHECK(setresgid(pa->uid, pa->uid, pa->uid) == 0 &&
+			       setresuid(pa->uid, pa->uid, pa->uid) == 0);
+	buf = mmap(HM_ADDR, HM_PAGE, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	TU_CHILD_CHECK(buf == HM_ADDR);
+	memset(buf, 0, HM_PAGE);
+	tu_child_connect(&e, &(struct tu_opts){ 0 }, sock, &peer);
+	mr = ferry_reg_mr(e.pd, buf, HM_PAGE, FERRY_ACCESS_LOCAL_WRITE |
+			  FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_READ);
+	TU_CHILD_CHECK(mr != NULL);
+	TU_CHILD_CHECK(tu_post_recv1(e.qp, 7, buf, 64, mr->lkey) == 0);
+	mine.addr = (uintptr_t)buf;
+	mine.len = HM_PAGE;
+	mine.rkey = mr->rkey;
+	TU_CHILD_CHECK(tu_msg_send(ctl, &mine, sizeof(mine)) == 0);
+	n = tu_child_poll(e.recv_cq, &wc, 1, 3000);
+	TU_CHILD_CHECK(tu_send_u32(ctl, n == 1 && wc.status == FERRY_WC_SUCCESS &&
+				   tu_all_bytes(buf, 64, HM_PAYLOAD)) == 0);
+	TU_CHILD_CHECK(tu_recv_u32(ctl, (uint32_t *)&n, TU_WAIT_MS) == 0);
+	_exit(0);
+}
+
+/* Connect to a hm_plain_child as @uid; SEND, WRITE and READ its plain
+ * memory; true if all three succeeded (and the data is right). */
+static bool hm_plain_run(uid_t uid)
+{
+	struct hm_plain_arg arg = { uid };
+	struct tu_remote mine, peer, plain;
+	struct ferry_wc wc[3];
+	struct tu_end e;
+	uint32_t arrived;
+	bool ok;
+	pid_t pid;
+	int sock, ctl;
+
+	pid = tu_fork(hm_plain_child, &arg, &sock, &ctl);
+	tu_end_open(&e, &(struct tu_opts){ 0 });
+	mine = (struct tu_remote){ (uintptr_t)e.buf, e.len, e.mr->rkey, e.qp->qp_num,
+				   0, 0, 0, 0 };
+	ck_assert_int_eq(tu_msg_send(sock, &mine, sizeof(mine)), 0);
+	ck_assert_int_eq(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS), 0);
+	ck_assert_int_eq(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL), 0);
+	close(sock);
+	ck_assert_int_eq(tu_msg_recv(ctl, &plain, sizeof(plain), TU_WAIT_MS), 0);
+	memset(e.buf, HM_PAYLOAD, 64);
+	tu_fill(e.buf + 1024, 512, 9);
+	ck_assert_int_eq(tu_post_send1(e.qp, 1, FERRY_WR_SEND, 0, e.buf, 64, e.mr->lkey,
+				       0, 0), 0);
+	tu_poll1(e.send_cq, &wc[0]);
+	ck_assert_int_eq(tu_recv_u32(ctl, &arrived, TU_WAIT_MS), 0);
+	if (wc[0].status == FERRY_WC_SUCCESS) {
+		ck_assert_int_eq(tu_post_send1(e.qp, 2, FERRY_WR_RDMA_WRITE, 0, e.buf + 1024,
+					       512, e.mr->lkey, plain.addr + 1024,
+					       plain.rkey), 0);
+		tu_poll1(e.send_cq, &wc[1]);
+		memset(e.buf + 2048, 0, 512);
+		ck_assert_int_eq(tu_post_send1(e.qp, 3, FERRY_WR_RDMA_READ, 0, e.buf + 2048,
+					       512, e.mr->lkey, plain.addr + 1024,
+					       plain.rkey), 0);
+		tu_poll1(e.send_cq, &wc[2]);
+		ok = arrived && wc[1].status == FERRY_WC_SUCCESS &&
+		     wc[2].status == FERRY_WC_SUCCESS && tu_check(e.buf + 2048, 512, 9);
+	} else {
+		ck_assert_msg(!arrived, "a failed SEND arrived");
+		ok = false;
+	}
+	ck_assert_int_eq(tu_send_u32(ctl, 1), 0);
+	ck_assert_int_eq(tu_wait_child(pid, TU_WAIT_MS), 0);
+	close(ctl);
+	tu_end_close(&e);
+	return ok;
+}
+
+START_TEST(test_plain_memory_same_user)
+{
+	if (!tu_on_shm())
+		HM_SKIP("test_plain_memory_same_user", "cross-memory access is the shm transport's");
+	ck_assert_msg(hm_plain_run(0), "SEND, WRITE or READ into a live peer's plain memory "
+		      "failed");
+}
+END_TEST
+
+START_TEST(test_plain_memory_other_user)
+{
+	if (!tu_on_shm())
+		HM_SKIP("test_plain_memory_other_user", "cross-memory access is the shm transport's");
+	if (geteuid() != 0)
+		HM_SKIP("test_plain_memory_other_user", "needs root to run a peer as nobody");
+	ck_assert_msg(!hm_plain_run(65534), "root wrote into the plain memory of a peer "
+		      "of another user");
+}
+END_TEST
+
 Suite *hostile_mem_suite(void)
 {
 	Suite *s = suite_create("hostile_mem");
@@ -236,6 +352,8 @@ Suite *hostile_mem_suite(void)
 	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
 	tcase_add_test(tc, test_grown_memfd);
 	tcase_add_test(tc, test_pid_reuse);
+	tcase_add_test(tc, test_plain_memory_same_user);
+	tcase_add_test(tc, test_plain_memory_other_user);
 	suite_add_tcase(s, tc);
 	return s;
 }

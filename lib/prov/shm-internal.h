@@ -393,9 +393,11 @@ struct shm_conn {
 	 * its number is the caller's, and ERR shuts it down to wake pollers. */
 	bool on_channel;
 	pid_t peer_pid;			/* from the HELLO's credentials */
-	/* The peer's address space, for memory outside blocks (shm_peer.c);
-	 * NULL: none may be reached (another user, or it could not be had). */
-	struct shm_peer_proc *peer_proc;
+	uid_t peer_uid;
+	/* /proc/<pid>/mem of the peer, for memory outside blocks (shm_peer.c),
+	 * opened at first use, or SHM_PEER_MEM_*; peer_mem_err: why refused. */
+	int peer_mem;
+	int peer_mem_err;
 	uint32_t peer_qpn;
 	uint32_t peer_rq_size;		/* validated copies from HELLO */
 	uint32_t peer_rq_sge;
@@ -557,14 +559,15 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size);
 void shm_region_release(struct shm_qp *qp, struct shm_conn *conn);
 
 /* shm_peer.c: a peer process's memory outside blocks */
-struct shm_peer_proc;
-/* The peer process @pid of user @uid (ours only), shared; NULL + errno. */
-struct shm_peer_proc *shm_peer_proc_get(pid_t pid, uid_t uid);
-void shm_peer_proc_put(struct shm_peer_proc *pp);
-/* preadv/pwritev of its memory at @addr: bytes, or -1 + errno (ESRCH: it
- * exited; EPERM: @pp is NULL). */
-ssize_t shm_peer_proc_rw(struct shm_peer_proc *pp, bool write, const struct iovec *iov,
-			 int n, uint64_t addr);
+#define SHM_PEER_MEM_UNOPENED	(-1)
+#define SHM_PEER_MEM_REFUSED	(-2)
+/*
+ * shm_peer_rw - read or write the peer's memory at @addr (sq_lock held):
+ * bytes moved, or -1 + errno (EPERM: a peer of another user; ESRCH: the
+ * peer exited, or its pid is another process's).
+ */
+ssize_t shm_peer_rw(struct shm_conn *conn, bool write, const struct iovec *iov, int n,
+		    uint64_t addr);
 
 /* shm_qp.c: QP objects and the state machine */
 struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *attr);

@@ -430,10 +430,7 @@ static int shm_hello_recv(struct shm_conn *conn)
 						   (const void **)&conn->peer_notify);
 	conn->peer_wake = m.wake;
 	conn->peer_kick = m.kick;
-	conn->peer_proc = shm_peer_proc_get(cred.pid, cred.uid);
-	if (!conn->peer_proc)
-		ferry_debug("peer pid %d (uid %u): its memory outside blocks stays out of "
-			    "reach: %m", (int)cred.pid, (unsigned int)cred.uid);
+	conn->peer_uid = cred.uid;
 
 	close(pfds[0]);
 	close(pfds[1]);
@@ -519,7 +516,8 @@ void shm_conn_destroy(struct shm_conn *conn)
 	shm_unmap(conn->peer_table_map);
 	shm_unmap(conn->peer_xtable_map);
 	shm_unmap(conn->peer_notify_map);
-	shm_peer_proc_put(conn->peer_proc);
+	if (conn->peer_mem >= 0)
+		close(conn->peer_mem);
 	for (i = 0; i < conn->nblocks; i++)
 		shm_unmap(conn->blocks[i].map);
 	free(conn->blocks);
@@ -574,6 +572,7 @@ static int shm_qp_exchange_start(struct ferry_qp *fqp, int sock, bool share)
 	conn = calloc(1, sizeof(*conn));
 	if (!conn)
 		return -1;
+	conn->peer_mem = SHM_PEER_MEM_UNOPENED;
 	/* The CM's socket is held by both of us, one descriptor for two; an
 	 * application's (ferry_qp_exchange) is copied, its to close. */
 	conn->sock = share ? ferry_fd_hold(sock) : ferry_fd_dup(sock);

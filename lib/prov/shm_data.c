@@ -133,12 +133,12 @@ static inline void shm_store(uint8_t *dst, const uint8_t *src, size_t len, bool 
 
 /*
  * shm_copy - move bytes between local segments and target segments (mapped
- * here, or in the peer process @pp: shm_peer.c).  @to_target: local ->
+ * here, or in @conn's peer process: shm_peer.c).  @to_target: local ->
  * target, else the reverse; @nocache: stores into mapped targets go past
  * our caches (shm_store).  Returns 0, or an errno (EPERM: the peer's memory
  * is out of reach; ESRCH: it exited).
  */
-static int shm_copy(struct shm_peer_proc *pp, const struct shm_seg *loc, int nloc,
+static int shm_copy(struct shm_conn *conn, const struct shm_seg *loc, int nloc,
 		    const struct shm_seg *tgt, int ntgt, bool to_target, bool nocache)
 {
 	int li = 0, ti;
@@ -191,7 +191,7 @@ static int shm_copy(struct shm_peer_proc *pp, const struct shm_seg *loc, int nlo
 			} else if (chunk) {
 				ssize_t r;
 
-				r = shm_peer_proc_rw(pp, to_target, liov, n, tgt[ti].vaddr + toff);
+				r = shm_peer_rw(conn, to_target, liov, n, tgt[ti].vaddr + toff);
 				if (r != (ssize_t)chunk)
 					return r < 0 ? errno : EFAULT;
 			}
@@ -439,7 +439,7 @@ static int shm_exec_send(struct shm_qp *qp, struct shm_conn *conn, const struct 
 		shm_deliver(qp, conn, FERRY_WC_RECV, FERRY_WC_LOC_LEN_ERR, 0, s);
 		return FERRY_WC_REM_INV_REQ_ERR;
 	}
-	err = shm_copy(conn->peer_proc, loc, nloc, tgt, ntgt, true, s->flags & SHM_SWQE_NOCACHE);
+	err = shm_copy(conn, loc, nloc, tgt, ntgt, true, s->flags & SHM_SWQE_NOCACHE);
 	if (err) {
 		ferry_info("QP %u: SEND into the peer's receive failed: %s",
 			   qp->qp.qp_num, strerror(err));
@@ -463,7 +463,7 @@ static int shm_exec_rdma(struct shm_qp *qp, struct shm_conn *conn, const struct 
 				read ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE, &tgt);
 	if (st != FERRY_WC_SUCCESS)
 		return st;
-	err = shm_copy(conn->peer_proc, loc, nloc, &tgt, 1, !read, s->flags & SHM_SWQE_NOCACHE);
+	err = shm_copy(conn, loc, nloc, &tgt, 1, !read, s->flags & SHM_SWQE_NOCACHE);
 	if (err) {
 		ferry_info("QP %u: RDMA %s at 0x%llx in pid %d: %s", qp->qp.qp_num,
 			   read ? "READ" : "WRITE", (unsigned long long)s->remote_addr,

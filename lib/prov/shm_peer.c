@@ -6,39 +6,47 @@
  * process_vm_readv/writev name their target by pid, looked up at each call.
  * A peer that exits leaves its pid to be reused; a connection that a child
  * of the peer still holds would not hang up, and the next RDMA WRITE would
- * go, with addresses the peer chose, into whatever process got the pid --
- * with our privileges, which may be root's.  So the peer's memory is
- * reached through /proc/<pid>/mem instead, opened while the connection is
- * made: that descriptor holds the address space it was opened on, not the
- * pid, and reads and writes through it reach that one process or nothing
- * (0 bytes once it has exited).  Next to it a pidfd tells whether the
- * process behind a cached pair is the one that still has the pid.
+ * go, at addresses the peer chose, into whatever process got the pid --
+ * with our privileges, which may be root's.  So a connection reaches its
+ * peer's memory through /proc/<pid>/mem instead: that descriptor holds the
+ * address space it was opened on, not the pid, and reads and writes
+ * through it reach that one process or nothing (0 bytes once it exited).
  *
- * Rules:
- *   - only toward a peer of our own user: cross-memory access is what a
- *     user may do to its own processes, never what ferry adds toward
- *     another user's (a root server's peers of other users get remote
- *     access errors for memory outside blocks, which is all of what such a
- *     peer could be reached by);
- *   - the pair is opened when the peer's HELLO arrives, its credentials
- *     vouched for by the kernel, and the file's owner must be that uid;
- *   - one pair per peer process, shared by its connections (two
- *     descriptors per peer process, not per connection), kept for a while
- *     after the last of them goes (a process that connects once usually
- *     connects again: up to SHM_PEER_IDLE unused pairs stay), and never
- *     reused for a pid whose process exited;
- *   - a connection to this very process needs neither: our pid is ours
- *     for as long as we run, so process_vm_* reach exactly us (and in a
- *     child of fork, which inherited such a connection, nothing).
+ * It is opened when the connection first needs it (most never do: stream
+ * sockets and ferry_alloc memory need no descriptor at all), and only if
+ * the process that has the peer's pid then is one that holds the
+ * connection:
+ *
+ *   1. a pidfd of the pid, then /proc/<pid>/mem;
+ *   2. the process has among its descriptors the other end of our socket
+ *      (its inode, as sock_diag tells; /proc/<pid>/fd lists theirs);
+ *   3. the file belongs to the user the peer's HELLO was sent by, ours;
+ *   4. the pidfd's process is still there: then it had the pid all along,
+ *      since 1, and the descriptor is its address space.
+ *
+ * A pid taken over by a process that does not hold the connection fails
+ * 2; one taken over between 1 and 4 fails 4.  Only a peer of our own
+ * user is reached at all: cross-memory access is what a user may do to its
+ * own processes, never what ferry adds toward another user's (a root
+ * server's peers of other users get remote access errors for memory
+ * outside blocks).  A connection to this very process needs no
+ * descriptor: our own pid cannot be reused while we run.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
 #include <poll.h>
 #include <stdio.h>
-#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -46,30 +54,12 @@
 
 #include "shm-internal.h"
 
-#define SHM_PEER_IDLE	16
-
-struct shm_peer_proc {
-	pid_t pid;
-	uid_t uid;
-	int pidfd;		/* -1: this process (no descriptors needed) */
-	int memfd;
-	int refs;
-	uint64_t idle_since;	/* refs 0: when the last user went */
-	struct shm_peer_proc *next;
-};
-
-static pthread_mutex_t procs_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct shm_peer_proc *procs;
-static uint64_t procs_clock;
-static int procs_idle;
-
 static int shm_pidfd_open(pid_t pid)
 {
 #ifdef SYS_pidfd_open
 	return (int)syscall(SYS_pidfd_open, pid, 0);
 #else
-	errno = ENOSYS;
-	return -1;
+	return ERR(ENOSYS);
 #endif
 }
 
@@ -81,176 +71,148 @@ static bool shm_pidfd_exited(int pidfd)
 	return poll(&p, 1, 0) != 0;
 }
 
-static void shm_peer_proc_close(struct shm_peer_proc *pp)
+/* The inode of the other end of the AF_UNIX socket @sock; 0 + errno. */
+static unsigned int shm_unix_peer_inode(int sock)
 {
-	if (pp->memfd >= 0)
-		close(pp->memfd);
-	if (pp->pidfd >= 0)
-		close(pp->pidfd);
-	free(pp);
+	struct {
+		struct nlmsghdr nlh;
+		struct unix_diag_req r;
+	} req = {
+		.nlh = { .nlmsg_len = sizeof(req), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			 .nlmsg_flags = NLM_F_REQUEST },
+		.r = { .sdiag_family = AF_UNIX, .udiag_states = ~0u,
+		       .udiag_show = UDIAG_SHOW_PEER,
+		       .udiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } },
+	};
+	union {
+		struct nlmsghdr nlh;
+		char buf[512];
+	} ans;
+	unsigned int peer = 0;
+	struct rtattr *rta;
+	ssize_t n;
+	int nl, len;
+
+	req.r.udiag_ino = (unsigned int)ferry_fd_inode(sock);
+	nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (nl < 0)
+		return 0;
+	if (send(nl, &req, sizeof(req), 0) != (ssize_t)sizeof(req) ||
+	    (n = recv(nl, &ans, sizeof(ans), 0)) < (ssize_t)NLMSG_LENGTH(sizeof(struct unix_diag_msg)) ||
+	    !NLMSG_OK(&ans.nlh, (unsigned int)n) || ans.nlh.nlmsg_type != SOCK_DIAG_BY_FAMILY) {
+		close(nl);
+		errno = ESRCH;
+		return 0;
+	}
+	close(nl);
+	rta = (struct rtattr *)((char *)NLMSG_DATA(&ans.nlh) + sizeof(struct unix_diag_msg));
+	len = (int)ans.nlh.nlmsg_len - (int)NLMSG_LENGTH(sizeof(struct unix_diag_msg));
+	for (; RTA_OK(rta, len); rta = RTA_NEXT(rta, len))
+		if (rta->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(rta) >= sizeof(peer))
+			memcpy(&peer, RTA_DATA(rta), sizeof(peer));
+	if (!peer)
+		errno = ENOTCONN;
+	return peer;
 }
 
-/* Open the pair for @pid, which must belong to @uid; NULL + errno. */
-static struct shm_peer_proc *shm_peer_proc_open(pid_t pid, uid_t uid)
+/* Does process @pid hold a descriptor of socket inode @ino? */
+static bool shm_proc_holds(pid_t pid, unsigned int ino)
 {
-	struct shm_peer_proc *pp = calloc(1, sizeof(*pp));
+	char dir[32], path[300], link[64], want[32];
+	struct dirent *d;
+	bool found = false;
+	DIR *fds;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	snprintf(want, sizeof(want), "socket:[%u]", ino);
+	fds = opendir(dir);
+	if (!fds)
+		return false;
+	while (!found && (d = readdir(fds))) {
+		ssize_t n;
+
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = '\0';
+			found = strcmp(link, want) == 0;
+		}
+	}
+	closedir(fds);
+	return found;
+}
+
+/* Steps 1-4 above: the peer's memory file, or -1 + errno. */
+static int shm_peer_mem_open(const struct shm_conn *conn)
+{
 	char path[32];
 	struct stat st;
+	unsigned int peer_ino;
+	int pidfd, mem, e = ESRCH;
 
-	if (!pp)
-		return NULL;
-	pp->pid = pid;
-	pp->uid = uid;
-	pp->refs = 1;
-	pp->memfd = -1;
-	pp->pidfd = -1;
-	if (pid == ferry_pid())
-		return pp;
-	pp->pidfd = ferry_fd_park(shm_pidfd_open(pid));
-	if (pp->pidfd < 0)
-		goto err;
-	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
-	pp->memfd = ferry_fd_park(open(path, O_RDWR | O_CLOEXEC));
-	if (pp->memfd < 0)
-		goto err;
-	/* The pidfd came first: if its process is still there, the pid was
-	 * still its own when the file was opened.  And the file belongs to
-	 * the process's user: a pid taken over by another user fails here. */
-	if (shm_pidfd_exited(pp->pidfd) || fstat(pp->memfd, &st) < 0 || st.st_uid != uid) {
-		errno = ESRCH;
+	if (conn->peer_uid != geteuid() || conn->peer_uid != getuid())
+		return ERR(EPERM);
+	pidfd = shm_pidfd_open(conn->peer_pid);
+	if (pidfd < 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)conn->peer_pid);
+	mem = open(path, O_RDWR | O_CLOEXEC);
+	if (mem < 0) {
+		e = errno;
 		goto err;
 	}
-	return pp;
+	peer_ino = shm_unix_peer_inode(conn->sock);
+	if (!peer_ino) {
+		e = errno;
+		goto err;
+	}
+	if (!shm_proc_holds(conn->peer_pid, peer_ino) || fstat(mem, &st) < 0 ||
+	    st.st_uid != conn->peer_uid || shm_pidfd_exited(pidfd))
+		goto err;	/* ESRCH: not the peer's process (any more) */
+	close(pidfd);
+	return ferry_fd_park(mem);
 err:
-	{
-		int e = errno;
-
-		shm_peer_proc_close(pp);
-		errno = e;
-	}
-	return NULL;
+	if (mem >= 0)
+		close(mem);
+	close(pidfd);
+	return ERR(e);
 }
 
-struct shm_peer_proc *shm_peer_proc_get(pid_t pid, uid_t uid)
-{
-	struct shm_peer_proc *pp, **pprev, *stale = NULL;
-
-	if (uid != geteuid() || uid != getuid()) {
-		errno = EPERM;
-		return NULL;
-	}
-	pthread_mutex_lock(&procs_lock);
-	for (pprev = &procs; (pp = *pprev); pprev = &pp->next) {
-		if (pp->pid != pid)
-			continue;
-		if (pp->uid == uid && (pp->pidfd < 0 || !shm_pidfd_exited(pp->pidfd))) {
-			if (pp->refs++ == 0)
-				procs_idle--;
-			pthread_mutex_unlock(&procs_lock);
-			return pp;
-		}
-		/* Its process is gone and the pid is someone else's now: its
-		 * connections keep the old pair (it reaches nothing), new ones
-		 * get a pair of their own. */
-		*pprev = pp->next;
-		pp->next = NULL;
-		if (pp->refs == 0) {
-			procs_idle--;
-			stale = pp;
-		}
-		pp->refs = -pp->refs;	/* unlisted: the last put closes it */
-		break;
-	}
-	pthread_mutex_unlock(&procs_lock);
-	if (stale)
-		shm_peer_proc_close(stale);
-	pp = shm_peer_proc_open(pid, uid);
-	if (!pp)
-		return NULL;
-	pthread_mutex_lock(&procs_lock);
-	pp->next = procs;
-	procs = pp;
-	pthread_mutex_unlock(&procs_lock);
-	return pp;
-}
-
-static void shm_peer_proc_unlink_locked(struct shm_peer_proc *pp)
-{
-	struct shm_peer_proc **pprev;
-
-	for (pprev = &procs; *pprev; pprev = &(*pprev)->next) {
-		if (*pprev == pp) {
-			*pprev = pp->next;
-			return;
-		}
-	}
-}
-
-void shm_peer_proc_put(struct shm_peer_proc *pp)
-{
-	struct shm_peer_proc *old = NULL, *v;
-
-	if (!pp)
-		return;
-	pthread_mutex_lock(&procs_lock);
-	if (pp->refs < 0) {	/* unlisted (its process exited): counts up */
-		if (++pp->refs == 0)
-			old = pp;
-		pthread_mutex_unlock(&procs_lock);
-		if (old)
-			shm_peer_proc_close(old);
-		return;
-	}
-	if (--pp->refs > 0) {
-		pthread_mutex_unlock(&procs_lock);
-		return;
-	}
-	pp->idle_since = ++procs_clock;
-	if (++procs_idle > SHM_PEER_IDLE) {
-		for (v = procs; v; v = v->next)
-			if (v->refs == 0 && (!old || v->idle_since < old->idle_since))
-				old = v;
-		shm_peer_proc_unlink_locked(old);
-		procs_idle--;
-	}
-	pthread_mutex_unlock(&procs_lock);
-	if (old)
-		shm_peer_proc_close(old);
-}
-
-ssize_t shm_peer_proc_rw(struct shm_peer_proc *pp, bool write, const struct iovec *iov,
-			 int n, uint64_t addr)
+ssize_t shm_peer_rw(struct shm_conn *conn, bool write, const struct iovec *iov, int n,
+		    uint64_t addr)
 {
 	ssize_t r;
 
-	if (!pp) {
-		errno = EPERM;
-		return -1;
-	}
-	if (addr > (uint64_t)INT64_MAX) {
-		errno = EFAULT;
-		return -1;
-	}
-	if (pp->pidfd < 0) {
+	if (addr > (uint64_t)INT64_MAX)
+		return ERR(EFAULT);
+	if (conn->peer_pid == ferry_pid()) {
 		struct iovec remote = { (void *)(uintptr_t)addr, 0 };
 		int i;
 
-		if (pp->pid != ferry_pid()) {
-			errno = ESRCH;	/* a child of fork: that was its parent */
-			return -1;
-		}
 		for (i = 0; i < n; i++)
 			remote.iov_len += iov[i].iov_len;
-		return write ? process_vm_writev(pp->pid, iov, (unsigned long)n, &remote, 1, 0)
-			     : process_vm_readv(pp->pid, iov, (unsigned long)n, &remote, 1, 0);
+		return write ? process_vm_writev(conn->peer_pid, iov, (unsigned long)n, &remote, 1, 0)
+			     : process_vm_readv(conn->peer_pid, iov, (unsigned long)n, &remote, 1, 0);
 	}
+	if (conn->peer_mem == SHM_PEER_MEM_UNOPENED) {
+		conn->peer_mem = shm_peer_mem_open(conn);
+		if (conn->peer_mem < 0) {
+			conn->peer_mem_err = errno;
+			ferry_info("peer pid %d (uid %u): its memory outside blocks is out of "
+				   "reach: %s", (int)conn->peer_pid, (unsigned int)conn->peer_uid,
+				   strerror(errno));
+			conn->peer_mem = SHM_PEER_MEM_REFUSED;
+		}
+	}
+	if (conn->peer_mem < 0)
+		return ERR(conn->peer_mem_err);
 	do
-		r = write ? pwritev(pp->memfd, iov, n, (off_t)addr)
-			  : preadv(pp->memfd, iov, n, (off_t)addr);
+		r = write ? pwritev(conn->peer_mem, iov, n, (off_t)addr)
+			  : preadv(conn->peer_mem, iov, n, (off_t)addr);
 	while (r < 0 && errno == EINTR);
-	if (r == 0 && n > 0 && iov[0].iov_len > 0) {
-		errno = ESRCH;	/* its address space is gone: it exited */
-		return -1;
-	}
+	if (r == 0 && n > 0 && iov[0].iov_len > 0)
+		return ERR(ESRCH);	/* its address space is gone: it exited */
 	return r;
 }
