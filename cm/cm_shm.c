@@ -111,6 +111,8 @@ static void shm_cm_destroy(struct cm_id_priv *id)
 		shm_cm_pending_free(st->pending);
 	if (st->accept_ev)
 		event_free(st->accept_ev);
+	if (st->backoff_ev)
+		event_free(st->backoff_ev);
 	if (st->bind_fd >= 0)
 		close(st->bind_fd);
 	shm_cm_close_sock(st);

@@ -26,6 +26,10 @@
 #define SHM_CM_RETRY_MS		2
 /* Tries of bind with port 0 before giving up. */
 #define SHM_CM_BIND_TRIES	128
+/* A listener out of descriptors or memory waits this long, doubling up to
+ * the maximum, before it accepts again (rather than spin on the error). */
+#define SHM_CM_BACKOFF_MIN_MS	5
+#define SHM_CM_BACKOFF_MAX_MS	500
 /* Connections taken per wake-up of a listener, to stay fair. */
 #define SHM_CM_ACCEPT_BATCH	64
 #define SHM_CM_MAX_NAMES	3
@@ -52,6 +56,10 @@ struct shm_cm_id {
 	struct cm_id_priv *id;
 	int bind_fd;			/* holds the rendezvous name; listens after listen */
 	struct event *accept_ev;	/* bind_fd readable */
+	/* accept() failed for want of descriptors or memory: accept_ev is
+	 * off until this timer, which doubles while the want lasts. */
+	struct event *backoff_ev;
+	unsigned int backoff_ms;
 	struct shm_cm_pending *pending;	/* accepted, waiting for CONNECT_REQ */
 	int sock;			/* the connection, -1 */
 	/* Reply, request or hang-up watch of the socket: one for the id's

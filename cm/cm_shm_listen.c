@@ -5,7 +5,11 @@
  *
  * A connection whose first record is not a well-formed CONNECT_REQ, sent
  * within SHM_CM_REQUEST_TIMEOUT_MS, is dropped with a log line at info;
- * the listener carries on.  What follows the request (the client's QP
+ * the listener carries on.  When accept() fails for want of descriptors
+ * or memory, the listener stops looking at its socket for a while
+ * (SHM_CM_BACKOFF_*, doubling while it lasts) and says so once per
+ * episode: the connections wait in the kernel's backlog meanwhile, and a
+ * client that tires of waiting goes elsewhere (the shim: over TCP).  What follows the request (the client's QP
  * HELLO) is not ours to read: ferry_accept's QP exchange checks it.
  */
 #ifdef HAVE_CONFIG_H
@@ -132,6 +136,44 @@ static void shm_cm_pending_new(struct shm_cm_id *st, int sock)
 	st->pending = p;
 }
 
+static void shm_cm_on_backoff_end(evutil_socket_t fd, short what, void *arg)
+{
+	struct shm_cm_id *st = arg;
+
+	if (event_add(st->accept_ev, NULL) < 0)
+		ferry_warn("cm: a listener cannot watch its socket again");
+}
+
+/*
+ * accept() failed with @err, a want that persists (descriptors, memory):
+ * the socket stays readable, so looking again at once would spin.
+ */
+static void shm_cm_accept_backoff(struct shm_cm_id *st, int err)
+{
+	struct timeval tv;
+
+	if (!st->backoff_ev)
+		st->backoff_ev = evtimer_new(cm_thread_base(), shm_cm_on_backoff_end, st);
+	if (st->backoff_ms == 0) {
+		st->backoff_ms = SHM_CM_BACKOFF_MIN_MS;
+		ferry_warn("cm: a listener cannot accept: %s; trying again in %u ms, and "
+			   "less often while that lasts", strerror(err), st->backoff_ms);
+	} else if (st->backoff_ms < SHM_CM_BACKOFF_MAX_MS) {
+		st->backoff_ms *= 2;
+		if (st->backoff_ms > SHM_CM_BACKOFF_MAX_MS)
+			st->backoff_ms = SHM_CM_BACKOFF_MAX_MS;
+	}
+	tv = shm_cm_tv(st->backoff_ms);
+	if (!st->backoff_ev || event_del(st->accept_ev) < 0 ||
+	    evtimer_add(st->backoff_ev, &tv) < 0)
+		ferry_warn("cm: a listener cannot pause: %s", strerror(err));
+}
+
+static bool shm_cm_accept_want(int err)
+{
+	return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
 static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg)
 {
 	struct shm_cm_id *st = arg;
@@ -140,9 +182,15 @@ static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg)
 	for (i = 0; i < SHM_CM_ACCEPT_BATCH; i++) {
 		sock = ferry_fd_park(accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
 		if (sock < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			if (shm_cm_accept_want(errno))
+				shm_cm_accept_backoff(st, errno);
+			else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 				ferry_warn("cm: accepting a connection: %m");
 			return;
+		}
+		if (st->backoff_ms) {
+			ferry_info("cm: a listener accepts again");
+			st->backoff_ms = 0;
 		}
 		/* A client sends its request right after connecting: it is
 		 * usually there already, and waiting for it costs a trip

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# fdlimit.sh - a server short of file descriptors: python3's threaded
+# http.server under `ulimit -n 40`, and 30 curl clients at once.  Kernel TCP
+# serves all 30 (what the kernel cannot hand over yet waits in the backlog);
+# under the preload every client must be served as well, over ferry or, for
+# a connection ferry could not make for want of descriptors, whole over TCP:
+# no reset, no error.  The listener must not spin on the error either: it
+# says once that it is out of descriptors and pauses, where it used to log
+# "Too many open files" hundreds of times a second.
+set -u
+prog=fdlimit.sh
+# shellcheck source=tests/preload/lib.sh
+. "$(dirname "$0")/lib.sh"
+need curl python3
+py=$(python3_bin)
+clients=30
+limit=40
+
+mkdir -p "$tmp/www"
+random_file "$tmp/www/page" 1
+
+run() {
+	local mode=$1 what failed_before=$failed i ok=0 spins cpids=()
+	what="$clients clients of http.server under ulimit -n $limit ($(describe "$mode"))"
+	serve "fd-$mode" "$mode" bash -c "ulimit -n $limit && exec \"\$0\" \"\$@\"" "$py" -u \
+		-m http.server --bind 127.0.0.1 --directory "$tmp/www" @PORT@ || return
+	wrap_for "$mode" client
+	for i in $(seq "$clients"); do
+		timeout -k 5 60 "${wrap[@]}" curl -sS --noproxy '*' -o "$tmp/got.$i" \
+			"http://127.0.0.1:$port/page" >"$tmp/c.$i.out" 2>"$tmp/c.$i.err" &
+		cpids+=($!)
+	done
+	wait "${cpids[@]}"
+	for i in $(seq "$clients"); do
+		if cmp -s "$tmp/got.$i" "$tmp/www/page"; then
+			ok=$((ok + 1))
+		else
+			note "client $i: $(grep -v "debug: cm:" "$tmp/c.$i.err" | tail -n 4)"
+		fi
+	done
+	[ "$ok" = "$clients" ] || fail "$what: $ok of $clients served"
+	kill -TERM "$server_pid"
+	reap "$server_pid" 30
+	spins=$(grep -c 'accepting a connection: Too many open files' "$server_err")
+	[ "$spins" -le 2 ] ||
+		fail "$what: the listener logged its accept error $spins times (a spin)"
+	for i in $(seq "$clients"); do
+		no_ferry_errors "$what, client $i" "$tmp/c.$i.err"
+	done
+	rm -f "$tmp"/got.* "$tmp"/c.*
+	[ "$failed" != "$failed_before" ] || note "ok: $what ($(grep -c 'cannot accept' \
+		"$server_err") pauses)"
+}
+
+for mode in tcp ferry; do
+	[[ " $modes " == *" $mode "* ]] || continue
+	run "$mode"
+done
+finish
