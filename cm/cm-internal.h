@@ -194,6 +194,9 @@ struct cm_id_priv {
 	pthread_cond_t acked;		/* events_out dropped (cm_event_lock) */
 	bool owns_pd, owns_send_cq, owns_recv_cq;	/* ferry_cm_create_qp made them */
 	bool detached;			/* ferry_cm_detach: close, never shut down */
+	/* ferry_cm_hold_port: the caller's TCP socket holds the port to bind. */
+	bool port_held;
+	int port_held_fd;
 };
 
 static inline struct cm_id_priv *to_cm_id(struct ferry_cm_id *id)

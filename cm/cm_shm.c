@@ -84,7 +84,7 @@ struct shm_cm_id *shm_cm_state_get(struct cm_id_priv *id)
 		return NULL;
 	}
 	st->id = id;
-	st->bind_fd = st->sock = -1;
+	st->bind_fd = st->port_fd = st->sock = -1;
 	*slot = st;
 	return st;
 }
@@ -111,8 +111,12 @@ static void shm_cm_destroy(struct cm_id_priv *id)
 		shm_cm_pending_free(st->pending);
 	if (st->accept_ev)
 		event_free(st->accept_ev);
+	if (st->reset_ev)
+		event_free(st->reset_ev);
 	if (st->bind_fd >= 0)
 		close(st->bind_fd);
+	if (st->port_fd >= 0)
+		close(st->port_fd);
 	shm_cm_close_sock(st);
 	event_free(st->retry_ev);
 	free(st->request);
@@ -135,20 +139,6 @@ struct timeval shm_cm_tv(uint64_t ms)
 	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
 
 	return tv;
-}
-
-/* The rendezvous name of @sa (address and port). */
-void shm_cm_name(const struct sockaddr *sa, struct sockaddr_un *un, socklen_t *len_p)
-{
-	char addr[INET6_ADDRSTRLEN];
-	int n;
-
-	memset(un, 0, sizeof(*un));
-	un->sun_family = AF_UNIX;
-	n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, SHM_CM_NAME_PREFIX "/%s/%s/%u",
-		     sa->sa_family == AF_INET ? "inet" : "inet6",
-		     cm_addr_ntop(sa, addr, sizeof(addr)), cm_addr_port(sa));
-	*len_p = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
 int shm_cm_socket(void)
