@@ -117,7 +117,9 @@ struct cm_transport {
 	/*
 	 * Reserve id's source address (route.addr.src_addr) for listening.
 	 * Port 0: pick one and store it there.  Fail with EADDRINUSE when
-	 * taken, or EADDRNOTAVAIL / ENODEV when this transport cannot serve
+	 * taken, EACCES when the caller may not have it (shm holds the TCP
+	 * port, as the kernel allows), or EADDRNOTAVAIL / ENODEV when this
+	 * transport cannot serve
 	 * that address at all (the core then goes on without it).
 	 */
 	int (*bind)(struct cm_id_priv *id);

@@ -2,14 +2,23 @@
  * cm_shm.c - the shm transport of the CM: connections between processes of
  * one host (one network namespace).
  *
- * Rendezvous.  A bound id holds an abstract AF_UNIX SOCK_SEQPACKET socket
- * named after its address and port, "\0ferry/cm/v1/<inet|inet6>/<addr>/
- * <port>".  Abstract names belong to the network namespace, exactly the
- * scope of a TCP port, and vanish with the last descriptor: a listener that
- * dies frees its port.  A second bind of the same name is EADDRINUSE.  A
- * client tries the specific name of the destination, then the wildcard of
- * its family, and for IPv4 also the IPv6 wildcard (as a dual-stack TCP
- * listener would accept it).
+ * Rendezvous.  A bound id holds the kernel TCP socket of its address and
+ * port (its own, bound and listening beside it, or under the preload shim
+ * the program's: ferry_cm_hold_port) and an abstract AF_UNIX
+ * SOCK_SEQPACKET socket named after that TCP socket,
+ * "\0ferry/cm/v2/<port>/<inode>/<cookie>" (cm_shm_owner.c).  So the
+ * kernel's TCP rules say who may listen on a port (privileged ports,
+ * EADDRINUSE), and nobody can bind a listener's name before its TCP
+ * socket exists.  Abstract names belong to the network namespace, the
+ * scope of a TCP port, and vanish with the last descriptor: a listener
+ * that dies frees its port.  A client asks the kernel (sock_diag) which
+ * TCP socket a connection to the destination would reach, connects to
+ * that socket's name, and goes on only if SO_PEERCRED says the listener
+ * runs as the TCP socket's owner: anyone may bind an abstract name, and
+ * an ignored squatter sees a connection closed before a byte was sent.
+ * No TCP listener, no rendezvous, or the wrong uid: REJECTED with
+ * ECONNREFUSED (under the preload shim: kernel TCP instead).  ferry(7),
+ * "Port ownership", says what is left to a squatter.
  *
  * Handshake, over the accepted socket (CM messages in cm_msg.h, the QP
  * exchange's in lib/prov/shm_conn.c), one and a half round trips:
