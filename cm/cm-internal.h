@@ -119,8 +119,8 @@ struct cm_transport {
 	 * Port 0: pick one and store it there.  Fail with EADDRINUSE when
 	 * taken, EACCES when the caller may not have it (shm holds the TCP
 	 * port, as the kernel allows), or EADDRNOTAVAIL / ENODEV when this
-	 * transport cannot serve
-	 * that address at all (the core then goes on without it).
+	 * transport cannot serve that address at all (the core then goes on
+	 * without it).
 	 */
 	int (*bind)(struct cm_id_priv *id);
 	int (*listen)(struct cm_id_priv *id, int backlog);
