@@ -241,10 +241,14 @@ static int shm_cm_try_connect(struct shm_cm_id *st)
 	int sock;
 
 	if (shm_cm_owner_of(dst, &owner) < 0) {
+		/* Unable to tell who owns the port, ferry cannot be used. */
 		if (errno != ENOENT)
-			ferry_info("cm: asking the kernel who listens: %m");
-		ferry_info("cm: nothing listens on %s port %u", cm_addr_ntop(dst, buf, sizeof(buf)),
-			   cm_addr_port(dst));
+			ferry_warn("cm: cannot ask the kernel who listens on %s port %u "
+				   "(sock_diag): %m", cm_addr_ntop(dst, buf, sizeof(buf)),
+				   cm_addr_port(dst));
+		else
+			ferry_info("cm: nothing listens on %s port %u",
+				   cm_addr_ntop(dst, buf, sizeof(buf)), cm_addr_port(dst));
 		goto refused;
 	}
 	sock = shm_cm_dial(&owner);

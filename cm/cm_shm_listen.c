@@ -1,7 +1,8 @@
 /*
  * cm_shm_listen.c - the passive side of the shm transport: holding the
- * TCP port and binding the rendezvous name, taking connections, turning a valid CONNECT_REQ into a
- * new id and a CONNECT_REQUEST event, and accepting or rejecting it.
+ * TCP port and binding the rendezvous name, taking connections, turning
+ * a valid CONNECT_REQ into a new id and a CONNECT_REQUEST event, and
+ * accepting or rejecting it.
  *
  * A connection whose first record is not a well-formed CONNECT_REQ, sent
  * within SHM_CM_REQUEST_TIMEOUT_MS, is dropped with a log line at info;
