@@ -117,8 +117,10 @@ struct cm_transport {
 	/*
 	 * Reserve id's source address (route.addr.src_addr) for listening.
 	 * Port 0: pick one and store it there.  Fail with EADDRINUSE when
-	 * taken, or EADDRNOTAVAIL / ENODEV when this transport cannot serve
-	 * that address at all (the core then goes on without it).
+	 * taken, EACCES when the caller may not have it (shm holds the TCP
+	 * port, as the kernel allows), or EADDRNOTAVAIL / ENODEV when this
+	 * transport cannot serve that address at all (the core then goes on
+	 * without it).
 	 */
 	int (*bind)(struct cm_id_priv *id);
 	int (*listen)(struct cm_id_priv *id, int backlog);
@@ -194,6 +196,9 @@ struct cm_id_priv {
 	pthread_cond_t acked;		/* events_out dropped (cm_event_lock) */
 	bool owns_pd, owns_send_cq, owns_recv_cq;	/* ferry_cm_create_qp made them */
 	bool detached;			/* ferry_cm_detach: close, never shut down */
+	/* ferry_cm_hold_port: the caller's TCP socket holds the port to bind. */
+	bool port_held;
+	int port_held_fd;
 };
 
 static inline struct cm_id_priv *to_cm_id(struct ferry_cm_id *id)

@@ -140,6 +140,17 @@ void ferry_cm_quiet(struct ferry_cm_id *id)
 		to_cm_id(id)->quiet = true;
 }
 
+int ferry_cm_hold_port(struct ferry_cm_id *id, int fd)
+{
+	if (!id || fd < 0)
+		return ERR(EINVAL);
+	if (to_cm_id(id)->state != CM_IDLE)
+		return ERR(EINVAL);
+	to_cm_id(id)->port_held = true;
+	to_cm_id(id)->port_held_fd = fd;
+	return 0;
+}
+
 void ferry_cm_detach(struct ferry_cm_id *id)
 {
 	if (id)

@@ -2,14 +2,23 @@
  * cm_shm.c - the shm transport of the CM: connections between processes of
  * one host (one network namespace).
  *
- * Rendezvous.  A bound id holds an abstract AF_UNIX SOCK_SEQPACKET socket
- * named after its address and port, "\0ferry/cm/v1/<inet|inet6>/<addr>/
- * <port>".  Abstract names belong to the network namespace, exactly the
- * scope of a TCP port, and vanish with the last descriptor: a listener that
- * dies frees its port.  A second bind of the same name is EADDRINUSE.  A
- * client tries the specific name of the destination, then the wildcard of
- * its family, and for IPv4 also the IPv6 wildcard (as a dual-stack TCP
- * listener would accept it).
+ * Rendezvous.  A bound id holds the kernel TCP socket of its address and
+ * port (its own, bound and listening beside it, or under the preload shim
+ * the program's: ferry_cm_hold_port) and an abstract AF_UNIX
+ * SOCK_SEQPACKET socket named after that TCP socket,
+ * "\0ferry/cm/v2/<port>/<inode>/<cookie>" (cm_shm_owner.c).  So the
+ * kernel's TCP rules say who may listen on a port (privileged ports,
+ * EADDRINUSE), and nobody can bind a listener's name before its TCP
+ * socket exists.  Abstract names belong to the network namespace, the
+ * scope of a TCP port, and vanish with the last descriptor: a listener
+ * that dies frees its port.  A client asks the kernel (sock_diag) which
+ * TCP socket a connection to the destination would reach, connects to
+ * that socket's name, and goes on only if SO_PEERCRED says the listener
+ * runs as the TCP socket's owner: anyone may bind an abstract name, and
+ * an ignored squatter sees a connection closed before a byte was sent.
+ * No TCP listener, no rendezvous, or the wrong uid: REJECTED with
+ * ECONNREFUSED (under the preload shim: kernel TCP instead).  ferry(7),
+ * "Port ownership", says what is left to a squatter.
  *
  * Handshake, over the accepted socket (CM messages in cm_msg.h, the QP
  * exchange's in lib/prov/shm_conn.c), one and a half round trips:
@@ -84,7 +93,7 @@ struct shm_cm_id *shm_cm_state_get(struct cm_id_priv *id)
 		return NULL;
 	}
 	st->id = id;
-	st->bind_fd = st->sock = -1;
+	st->bind_fd = st->port_fd = st->sock = -1;
 	*slot = st;
 	return st;
 }
@@ -113,8 +122,12 @@ static void shm_cm_destroy(struct cm_id_priv *id)
 		event_free(st->accept_ev);
 	if (st->backoff_ev)
 		event_free(st->backoff_ev);
+	if (st->reset_ev)
+		event_free(st->reset_ev);
 	if (st->bind_fd >= 0)
 		close(st->bind_fd);
+	if (st->port_fd >= 0)
+		close(st->port_fd);
 	shm_cm_close_sock(st);
 	event_free(st->retry_ev);
 	free(st->request);
@@ -137,20 +150,6 @@ struct timeval shm_cm_tv(uint64_t ms)
 	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
 
 	return tv;
-}
-
-/* The rendezvous name of @sa (address and port). */
-void shm_cm_name(const struct sockaddr *sa, struct sockaddr_un *un, socklen_t *len_p)
-{
-	char addr[INET6_ADDRSTRLEN];
-	int n;
-
-	memset(un, 0, sizeof(*un));
-	un->sun_family = AF_UNIX;
-	n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, SHM_CM_NAME_PREFIX "/%s/%s/%u",
-		     sa->sa_family == AF_INET ? "inet" : "inet6",
-		     cm_addr_ntop(sa, addr, sizeof(addr)), cm_addr_port(sa));
-	*len_p = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
 int shm_cm_socket(void)

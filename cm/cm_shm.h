@@ -17,22 +17,20 @@
 #include "cm-internal.h"
 #include "cm_msg.h"
 
-#define SHM_CM_NAME_PREFIX	"ferry/cm/v1"
+/* Rendezvous names: "<prefix>/<port>/<inode>/<cookie in hex>" (cm_shm_owner.c). */
+#define SHM_CM_NAME_PREFIX	"ferry/cm/v2"
 /* How long a client waits for ACCEPT or REJECT (the user may be slow). */
 #define SHM_CM_CONNECT_TIMEOUT_MS	30000
 /* How long an accepted socket may take to send its CONNECT_REQ. */
 #define SHM_CM_REQUEST_TIMEOUT_MS	10000
 /* A full listen backlog: try again after this long. */
 #define SHM_CM_RETRY_MS		2
-/* Tries of bind with port 0 before giving up. */
-#define SHM_CM_BIND_TRIES	128
 /* A listener out of descriptors or memory waits this long, doubling up to
  * the maximum, before it accepts again (rather than spin on the error). */
 #define SHM_CM_BACKOFF_MIN_MS	5
 #define SHM_CM_BACKOFF_MAX_MS	500
 /* Connections taken per wake-up of a listener, to stay fair. */
 #define SHM_CM_ACCEPT_BATCH	64
-#define SHM_CM_MAX_NAMES	3
 
 struct shm_cm_pending;
 
@@ -45,9 +43,6 @@ struct shm_cm_request {
 	struct cm_msg_param param;
 	uint8_t req[CM_MSG_MAX_SIZE];
 	size_t req_len;
-	struct sockaddr_un names[SHM_CM_MAX_NAMES];
-	socklen_t name_lens[SHM_CM_MAX_NAMES];
-	int nnames, next_name;
 	uint64_t deadline_ms;
 };
 
@@ -60,6 +55,10 @@ struct shm_cm_id {
 	 * off until this timer, which doubles while the want lasts. */
 	struct event *backoff_ev;
 	unsigned int backoff_ms;
+	/* The kernel TCP socket holding the port, unless the caller holds it
+	 * (ferry_cm_hold_port); listens along with bind_fd. */
+	int port_fd;
+	struct event *reset_ev;		/* port_fd readable: a TCP client to turn away */
 	struct shm_cm_pending *pending;	/* accepted, waiting for CONNECT_REQ */
 	int sock;			/* the connection, -1 */
 	/* Reply, request or hang-up watch of the socket: one for the id's
@@ -83,6 +82,17 @@ struct shm_cm_pending {
 	struct shm_cm_pending *next, **pprev;
 };
 
+/*
+ * The kernel's listening TCP socket of a port, as far as a rendezvous
+ * needs it: who owns it, and what names it (cm_shm_owner.c).
+ */
+struct shm_cm_owner {
+	uid_t uid;		/* the socket's owner (its inode's, as sock_diag says) */
+	uint64_t inode;
+	uint64_t cookie;	/* SO_COOKIE */
+	uint16_t port;
+};
+
 struct shm_cm_id *shm_cm_state(struct cm_id_priv *id);
 /* The state of @id, made if it has none yet; NULL on ENOMEM. */
 struct shm_cm_id *shm_cm_state_get(struct cm_id_priv *id);
@@ -90,8 +100,6 @@ void shm_cm_pending_free(struct shm_cm_pending *p);
 
 uint64_t shm_cm_now_ms(void);
 struct timeval shm_cm_tv(uint64_t ms);
-/* The rendezvous name of @sa (address and port). */
-void shm_cm_name(const struct sockaddr *sa, struct sockaddr_un *un, socklen_t *len_p);
 /* A non-blocking, close-on-exec AF_UNIX SOCK_SEQPACKET socket, or -1. */
 int shm_cm_socket(void);
 /* shutdown() and close the connection socket, drop its event. */
@@ -116,6 +124,18 @@ int shm_cm_arm(struct shm_cm_id *st, int fd, short what, event_callback_fn cb,
 void shm_cm_disarm(struct shm_cm_id *st);
 /* First thing in a callback of the id's watch or timer: it is no longer armed. */
 void shm_cm_fired(struct shm_cm_id *st);
+
+/* cm_shm_owner.c */
+/* The rendezvous name of the ferry listener holding @o. */
+void shm_cm_name(const struct shm_cm_owner *o, struct sockaddr_un *un, socklen_t *len_p);
+/* What names @fd, a TCP socket bound to its port; -1 with errno. */
+int shm_cm_owner_of_fd(int fd, struct shm_cm_owner *owner_p);
+/*
+ * shm_cm_owner_of - the listening TCP socket a connection to @dst would
+ * reach, asked of the kernel (sock_diag); -1 with ENOENT when none would.
+ * Any thread, never blocks.
+ */
+int shm_cm_owner_of(const struct sockaddr *dst, struct shm_cm_owner *owner_p);
 
 /* cm_shm_listen.c */
 int shm_cm_bind(struct cm_id_priv *id);

@@ -1,7 +1,8 @@
 /*
  * cm_shm_connect.c - the active side of the shm transport: find the
- * listener's rendezvous socket, send CONNECT_REQ and the QP's HELLO, and
- * act on the answer.
+ * listener's rendezvous socket (the one of the TCP port's owner, see
+ * cm_shm_owner.c), send CONNECT_REQ and the QP's HELLO, and act on the
+ * answer.
  *
  * Nothing here blocks the CM thread except the QP exchange after ACCEPT
  * (see shm_cm_client_exchange).  A destination where nothing listens is
@@ -20,38 +21,6 @@
 #include <event2/event.h>
 
 #include "cm_shm.h"
-
-static void shm_cm_add_name(struct shm_cm_request *rq, const struct sockaddr *sa)
-{
-	struct sockaddr_un un;
-	socklen_t len;
-	int i;
-
-	shm_cm_name(sa, &un, &len);
-	for (i = 0; i < rq->nnames; i++)
-		if (rq->name_lens[i] == len && memcmp(&rq->names[i], &un, len) == 0)
-			return;
-	if (rq->nnames < SHM_CM_MAX_NAMES) {
-		rq->names[rq->nnames] = un;
-		rq->name_lens[rq->nnames++] = len;
-	}
-}
-
-/* Where a listener of @dst may be: specific, wildcard, IPv6 wildcard. */
-static void shm_cm_names_for(struct shm_cm_request *rq, const struct sockaddr *dst)
-{
-	struct sockaddr_storage any;
-	uint16_t port = cm_addr_port(dst);
-
-	rq->nnames = rq->next_name = 0;
-	shm_cm_add_name(rq, dst);
-	cm_addr_wildcard(dst->sa_family, port, &any);
-	shm_cm_add_name(rq, (struct sockaddr *)&any);
-	if (dst->sa_family == AF_INET) {
-		cm_addr_wildcard(AF_INET6, port, &any);
-		shm_cm_add_name(rq, (struct sockaddr *)&any);
-	}
-}
 
 /* The connect is over, whichever way: the request goes, the outcome is
  * reported (after which the id may be another thread's). */
@@ -213,29 +182,86 @@ static int shm_cm_retry_later(struct shm_cm_id *st)
 	return shm_cm_arm(st, -1, 0, shm_cm_on_retry, &tv);
 }
 
-/* Try the names in order; report REJECTED when none listens. */
+/*
+ * Is the listener on @sock, the rendezvous of @o, a process of the user
+ * owning the TCP socket?  Anyone may bind an abstract name; only the
+ * owner of the port may speak for it.  Nothing has been sent yet.
+ */
+static bool shm_cm_peer_owns(int sock, const struct shm_cm_owner *o)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		ferry_warn("cm: SO_PEERCRED of a rendezvous socket: %m");
+		return false;
+	}
+	if (cred.uid == o->uid)
+		return true;
+	ferry_warn("cm: ignoring the rendezvous of TCP port %u: held by uid %u pid %d, "
+		   "the port by uid %u", o->port, (unsigned int)cred.uid, (int)cred.pid,
+		   (unsigned int)o->uid);
+	return false;
+}
+
+/* Connect to the rendezvous of @o: its socket, or -1 with errno. */
+static int shm_cm_dial(const struct shm_cm_owner *o)
+{
+	struct sockaddr_un un;
+	socklen_t len;
+	int sock = shm_cm_socket();
+
+	if (sock < 0)
+		return -1;
+	shm_cm_name(o, &un, &len);
+	if (connect(sock, (struct sockaddr *)&un, len) < 0) {
+		int e = errno;
+
+		close(sock);
+		return ERR(e);
+	}
+	if (!shm_cm_peer_owns(sock, o)) {
+		close(sock);
+		return ERR(ECONNREFUSED);
+	}
+	return sock;
+}
+
+/*
+ * Find the listener: the kernel says which TCP socket a connection to the
+ * destination would reach, and whose; the rendezvous named after it is
+ * taken if its owner's.  None, or not its owner's: REJECTED (ECONNREFUSED),
+ * and the preload shim connects over TCP, where the kernel decides.
+ */
 static int shm_cm_try_connect(struct shm_cm_id *st)
 {
 	const struct sockaddr *dst = (const struct sockaddr *)&st->id->id.route.addr.dst_addr;
-	struct shm_cm_request *rq = st->request;
+	struct shm_cm_owner owner;
 	char buf[INET6_ADDRSTRLEN];
 	int sock;
 
-	for (; rq->next_name < rq->nnames; rq->next_name++) {
-		sock = shm_cm_socket();
-		if (sock < 0)
-			return -1;
-		if (connect(sock, (struct sockaddr *)&rq->names[rq->next_name],
-			    rq->name_lens[rq->next_name]) == 0)
-			return shm_cm_send_request(st, sock);
-		close(sock);
-		if (errno == EAGAIN)
-			return shm_cm_retry_later(st);
-		if (errno != ECONNREFUSED && errno != ENOENT)
-			ferry_info("cm: connecting to a rendezvous socket: %m");
+	if (shm_cm_owner_of(dst, &owner) < 0) {
+		/* Unable to tell who owns the port, ferry cannot be used. */
+		if (errno != ENOENT)
+			ferry_warn("cm: cannot ask the kernel who listens on %s port %u "
+				   "(sock_diag): %m", cm_addr_ntop(dst, buf, sizeof(buf)),
+				   cm_addr_port(dst));
+		else
+			ferry_info("cm: nothing listens on %s port %u",
+				   cm_addr_ntop(dst, buf, sizeof(buf)), cm_addr_port(dst));
+		goto refused;
 	}
-	ferry_info("cm: nothing listens on %s port %u (shm)",
-		   cm_addr_ntop(dst, buf, sizeof(buf)), cm_addr_port(dst));
+	sock = shm_cm_dial(&owner);
+	if (sock >= 0)
+		return shm_cm_send_request(st, sock);
+	if (errno == EAGAIN)
+		return shm_cm_retry_later(st);
+	if (errno == ECONNREFUSED || errno == ENOENT)
+		ferry_info("cm: no ferry listener on %s port %u (shm)",
+			   cm_addr_ntop(dst, buf, sizeof(buf)), cm_addr_port(dst));
+	else
+		ferry_info("cm: connecting to a rendezvous socket: %m");
+refused:
 	shm_cm_connect_end(st, FERRY_CM_EVENT_REJECTED, ECONNREFUSED, NULL);
 	return 0;
 }
@@ -282,7 +308,6 @@ int shm_cm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param)
 		return ERR(ENOMEM);
 	if (shm_cm_encode_request(st, param) < 0)
 		return -1;
-	shm_cm_names_for(st->request, (const struct sockaddr *)&id->id.route.addr.dst_addr);
 	st->request->deadline_ms = shm_cm_now_ms() + SHM_CM_CONNECT_TIMEOUT_MS;
 	return shm_cm_try_connect(st);
 }

@@ -1,7 +1,8 @@
 /*
- * cm_shm_listen.c - the passive side of the shm transport: binding the
- * rendezvous name, taking connections, turning a valid CONNECT_REQ into a
- * new id and a CONNECT_REQUEST event, and accepting or rejecting it.
+ * cm_shm_listen.c - the passive side of the shm transport: holding the
+ * TCP port and binding the rendezvous name, taking connections, turning
+ * a valid CONNECT_REQ into a new id and a CONNECT_REQUEST event, and
+ * accepting or rejecting it.
  *
  * A connection whose first record is not a well-formed CONNECT_REQ, sent
  * within SHM_CM_REQUEST_TIMEOUT_MS, is dropped with a log line at info;
@@ -27,84 +28,174 @@
 
 /* --- bind and listen --- */
 
-static int shm_cm_bind_name(int fd, const struct sockaddr *sa)
+/*
+ * A kernel TCP socket bound to @src, so that the kernel's bind rules
+ * decide whether we may have the port (EACCES for a privileged one,
+ * EADDRINUSE); port 0: the kernel picks one, and @src gets it.
+ * SO_REUSEADDR, as servers set it: it only spares us the TIME_WAIT of
+ * others' connections (ours never has any, see shm_cm_on_tcp), and a
+ * port a listener holds stays EADDRINUSE.
+ */
+static int shm_cm_port_reserve(struct sockaddr *src)
 {
-	struct sockaddr_un un;
-	socklen_t len;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int fd, on = 1;
 
-	shm_cm_name(sa, &un, &len);
-	return bind(fd, (struct sockaddr *)&un, len);
-}
-
-/* Bind @fd to the name of src_addr; port 0: the first free ephemeral one. */
-static int shm_cm_bind_port(int fd, struct sockaddr *src)
-{
-	int tries;
-
-	if (cm_addr_port(src))
-		return shm_cm_bind_name(fd, src);
-	for (tries = 0; tries < SHM_CM_BIND_TRIES; tries++) {
-		cm_addr_set_port(src, cm_addr_ephemeral_port());
-		if (shm_cm_bind_name(fd, src) == 0)
-			return 0;
-		if (errno != EADDRINUSE)
-			break;
-	}
-	cm_addr_set_port(src, 0);
-	return -1;
-}
-
-int shm_cm_bind(struct cm_id_priv *id)
-{
-	struct sockaddr *src = (struct sockaddr *)&id->id.route.addr.src_addr;
-	struct shm_cm_id *st;
-	char buf[INET6_ADDRSTRLEN];
-	int fd;
-
-	if (!cm_addr_is_local(src))
-		return ERR(EADDRNOTAVAIL);
-	fd = shm_cm_socket();
+	fd = ferry_fd_park(socket(src->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 	if (fd < 0)
 		return -1;
-	if (shm_cm_bind_port(fd, src) < 0) {
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) < 0 ||
+	    bind(fd, src, cm_addr_len(src)) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
 		int e = errno;
 
-		ferry_info("cm: binding %s port %u: %s", cm_addr_ntop(src, buf, sizeof(buf)),
-			   cm_addr_port(src), strerror(e));
 		close(fd);
 		return ERR(e);
 	}
-	st = shm_cm_state_get(id);
-	if (!st) {
+	cm_addr_set_port(src, cm_addr_port((struct sockaddr *)&ss));
+	return fd;
+}
+
+/*
+ * The TCP socket holding the port of @id, and what names it: the caller's
+ * (ferry_cm_hold_port), which must be bound to that port, or our own.
+ */
+static int shm_cm_port_take(struct cm_id_priv *id, struct shm_cm_id *st,
+			    struct shm_cm_owner *o)
+{
+	struct sockaddr *src = (struct sockaddr *)&id->id.route.addr.src_addr;
+	int fd = id->port_held ? id->port_held_fd : shm_cm_port_reserve(src);
+
+	if (fd < 0)
+		return -1;
+	if (!id->port_held)
+		st->port_fd = fd;
+	if (shm_cm_owner_of_fd(fd, o) < 0)
+		return -1;
+	if (!cm_addr_port(src))
+		cm_addr_set_port(src, o->port);
+	if (cm_addr_port(src) != o->port)
+		return ERR(EINVAL);
+	return 0;
+}
+
+/*
+ * Bind the rendezvous name of @o.  Nobody can know it before the TCP
+ * socket exists, and then it is ours at once: whoever holds it guessed
+ * it, and clients would ignore them anyway.
+ */
+static int shm_cm_bind_name(struct shm_cm_id *st, const struct shm_cm_owner *o)
+{
+	struct sockaddr_un un;
+	socklen_t len;
+	int fd = shm_cm_socket();
+
+	if (fd < 0)
+		return -1;
+	shm_cm_name(o, &un, &len);
+	if (bind(fd, (struct sockaddr *)&un, len) < 0) {
+		int e = errno;
+
+		if (e == EADDRINUSE)
+			ferry_warn("cm: someone guessed the rendezvous name of port %u and "
+				   "holds it: no ferry listener there", o->port);
 		close(fd);
-		return ERR(ENOMEM);
+		return ERR(e);
 	}
 	st->bind_fd = fd;
 	return 0;
 }
 
+int shm_cm_bind(struct cm_id_priv *id)
+{
+	struct sockaddr *src = (struct sockaddr *)&id->id.route.addr.src_addr;
+	uint16_t asked = cm_addr_port(src);
+	struct shm_cm_owner owner;
+	struct shm_cm_id *st;
+	char buf[INET6_ADDRSTRLEN];
+
+	if (!cm_addr_is_local(src))
+		return ERR(EADDRNOTAVAIL);
+	st = shm_cm_state_get(id);
+	if (!st)
+		return ERR(ENOMEM);
+	if (shm_cm_port_take(id, st, &owner) < 0 || shm_cm_bind_name(st, &owner) < 0) {
+		int e = errno;
+
+		ferry_info("cm: binding %s port %u: %s", cm_addr_ntop(src, buf, sizeof(buf)),
+			   cm_addr_port(src), strerror(e));
+		cm_addr_set_port(src, asked);
+		return ERR(e);	/* the core's unbind drops the state */
+	}
+	return 0;
+}
+
 static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg);
 
+/*
+ * TCP clients at a port only ferry serves: reset them at once, as a port
+ * where nothing listens would refuse them (unaccepted, they would wait
+ * for a full backlog to time out).  A reset leaves no TIME_WAIT.
+ */
+static void shm_cm_on_tcp(evutil_socket_t fd, short what, void *arg)
+{
+	struct linger now = { .l_onoff = 1, .l_linger = 0 };
+	int i, sock;
+
+	for (i = 0; i < SHM_CM_ACCEPT_BATCH; i++) {
+		sock = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+		if (sock < 0)
+			return;
+		setsockopt(sock, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+		close(sock);
+	}
+}
+
+static struct event *shm_cm_event_on(int fd, event_callback_fn cb, void *arg)
+{
+	struct event *ev = event_new(cm_thread_base(), fd, EV_READ | EV_PERSIST, cb, arg);
+
+	if (ev && event_add(ev, NULL) < 0) {
+		event_free(ev);
+		ev = NULL;
+	}
+	return ev;
+}
+
+/*
+ * The rendezvous listens first: a client that finds the TCP socket
+ * listening (the only way to learn the name) finds it too.  A port the
+ * caller holds is the caller's to listen on.
+ */
 int shm_cm_listen(struct cm_id_priv *id, int backlog)
 {
 	struct shm_cm_id *st = shm_cm_state(id);
 
 	if (!st || st->bind_fd < 0)
 		return ERR(EINVAL);
-	if (listen(st->bind_fd, backlog > 0 ? backlog : SOMAXCONN) < 0) {
+	backlog = backlog > 0 ? backlog : SOMAXCONN;
+	if (listen(st->bind_fd, backlog) < 0) {
 		ferry_warn("cm: listen: %m");
 		return -1;
 	}
-	st->accept_ev = event_new(cm_thread_base(), st->bind_fd, EV_READ | EV_PERSIST,
-				  shm_cm_on_accept, st);
-	id->in_loop = true;
-	if (!st->accept_ev || event_add(st->accept_ev, NULL) < 0) {
-		if (st->accept_ev)
-			event_free(st->accept_ev);
-		st->accept_ev = NULL;
-		return ERR(ENOMEM);
+	if (st->port_fd >= 0 && listen(st->port_fd, backlog) < 0) {
+		ferry_info("cm: listen on the TCP port: %m");
+		return -1;
 	}
+	id->in_loop = true;
+	st->accept_ev = shm_cm_event_on(st->bind_fd, shm_cm_on_accept, st);
+	if (st->accept_ev && st->port_fd >= 0)
+		st->reset_ev = shm_cm_event_on(st->port_fd, shm_cm_on_tcp, st);
+	if (!st->accept_ev || (st->port_fd >= 0 && !st->reset_ev))
+		goto err_free_events;
 	return 0;
+
+err_free_events:
+	if (st->accept_ev)
+		event_free(st->accept_ev);
+	st->accept_ev = NULL;
+	return ERR(ENOMEM);
 }
 
 /* --- incoming connections --- */

@@ -355,6 +355,15 @@ void ferry_cm_detach(struct ferry_cm_id *id);
  */
 void ferry_cm_quiet(struct ferry_cm_id *id);
 /*
+ * ferry_cm_hold_port - the port that @id (fresh) will bind and listen on
+ * is held by @fd, the caller's kernel TCP socket bound to it, which the
+ * caller makes listen (the preload shim: the program's own socket).  The
+ * shm transport then names its rendezvous after that socket instead of
+ * reserving the port with a TCP socket of its own (see cm/cm_shm_owner.c).
+ * @fd need only stay open until ferry_bind_addr returns.
+ */
+int ferry_cm_hold_port(struct ferry_cm_id *id, int fd);
+/*
  * ferry_cm_let_go - a quiet @id, established, keeps nothing of its
  * connection the provider holds as well (shm: its socket, so that the
  * stream socket can own it alone, ferry_comp_channel_on_conn).  EINVAL

@@ -241,8 +241,10 @@ static int fp_listen_ferry(int fd, struct fp_fd *e, int backlog,
 	if (lfd >= 0) {
 		fp_replay_options(lfd, e);
 		ferry_sock_setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+		/* The program's socket holds the port: the ferry listener
+		 * speaks for it (see ferry(7), "Port ownership"). */
 		if (ferry_sock_bind(lfd, (const struct sockaddr *)ss, len) < 0 ||
-		    ferry_sock_listen(lfd, backlog) < 0) {
+		    sock_listen_held(lfd, backlog, fd) < 0) {
 			int err = errno;
 
 			ferry_sock_close(lfd);

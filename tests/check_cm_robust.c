@@ -22,6 +22,7 @@
 
 #include "check_suites.h"
 #include "cm_msg.h"
+#include "cm_shm.h"
 #include "cmtest.h"
 #include "testutil.h"
 
@@ -48,23 +49,20 @@ static void robust_assert_reset(const struct ferry_cm_event *ev)
 
 /* --- raw bytes at a listener (shm's rendezvous socket) --- */
 
+/* The listener's rendezvous, found as a client finds it (cm_shm_owner.c). */
 static int robust_raw_connect(uint16_t port)
 {
-	struct sockaddr_un un = { .sun_family = AF_UNIX };
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	struct sockaddr_storage ss;
-	char ip[INET_ADDRSTRLEN];
-	int n;
+	struct shm_cm_owner owner;
+	struct sockaddr_un un;
+	socklen_t len;
 
 	ck_assert_int_ge(fd, 0);
 	cmt_addr(&ss, AF_INET, port);
-	ck_assert_ptr_nonnull(inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr,
-					ip, sizeof(ip)));
-	n = snprintf(un.sun_path + 1, sizeof(un.sun_path) - 1,
-		     "ferry/cm/v1/inet/%s/%u", ip, port);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *)&un,
-				 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)),
-			 0);
+	ck_assert_int_eq(shm_cm_owner_of((struct sockaddr *)&ss, &owner), 0);
+	shm_cm_name(&owner, &un, &len);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&un, len), 0);
 	return fd;
 }
 

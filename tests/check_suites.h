@@ -16,6 +16,7 @@ Suite *channel_suite(void);
 Suite *peer_suite(void);
 Suite *hostile_suite(void);
 Suite *hostile_mem_suite(void);
+Suite *hostile_squat_suite(void);
 Suite *cm_msg_suite(void);
 Suite *cm_suite(void);
 Suite *cm_robust_suite(void);

@@ -358,6 +358,13 @@ int sock_epoll_add(struct ferry_sock *s, int fd);
  */
 int sock_renumber(int from, int to);
 /*
+ * sock_listen_held - ferry_sock_listen on a port that @tcp_fd, the
+ * caller's kernel TCP socket bound to it, holds and will listen on (the
+ * preload shim: the program's socket; ferry_cm_hold_port).  -1: the
+ * listener reserves the port itself, as ferry_sock_listen does.
+ */
+int sock_listen_held(int fd, int backlog, int tcp_fd);
+/*
  * sock_forget - let go of socket @fd in this process without a word to the
  * peer, for the preload shim when another process (after fork) still holds
  * the connection: every descriptor and mapping of this process goes, while
@@ -377,7 +384,8 @@ static inline pid_t sock_pid(void)
 
 /* --- sock_conn.c: CM setup --- */
 int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen_t len);
-int sock_conn_listen(struct ferry_sock *s, int backlog);
+/* @tcp_fd: sock_listen_held's, or -1. */
+int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd);
 /* Process queued CM events of @s (cm_lock held). */
 void sock_conn_process(struct ferry_sock *s);
 /* Take a ready accepted socket; NULL if none. cm_lock held. */

@@ -306,7 +306,7 @@ int ferry_sock_bind(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	return ret;
 }
 
-int ferry_sock_listen(int fd, int backlog)
+int sock_listen_held(int fd, int backlog, int tcp_fd)
 {
 	struct ferry_sock *s = sock_get(fd);
 	int ret;
@@ -318,10 +318,15 @@ int ferry_sock_listen(int fd, int backlog)
 		ret = 0;
 	else if (s->state != SOCK_INIT)
 		ret = ERR(EINVAL);
-	else if ((ret = sock_conn_listen(s, backlog)) == 0)
+	else if ((ret = sock_conn_listen(s, backlog, tcp_fd)) == 0)
 		sock_stat_update(s);
 	pthread_mutex_unlock(&s->cm_lock);
 	return ret;
+}
+
+int ferry_sock_listen(int fd, int backlog)
+{
+	return sock_listen_held(fd, backlog, -1);
 }
 
 static bool sock_accept_ready(struct ferry_sock *s)

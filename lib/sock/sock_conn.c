@@ -612,12 +612,13 @@ static void sock_conn_active_event(struct ferry_sock *s, struct ferry_cm_event *
 
 /* --- passive side --- */
 
-int sock_conn_listen(struct ferry_sock *s, int backlog)
+int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd)
 {
 	struct sockaddr_storage any;
 
 	if (sock_own_chan(s) < 0 ||
-	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0)
+	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0 ||
+	    (tcp_fd >= 0 && ferry_cm_hold_port(s->id, tcp_fd) < 0))
 		goto err;
 	ferry_cm_quiet(s->id);	/* and its connections' ids */
 	if (!s->bound.sa.sa_family) {

@@ -3,8 +3,9 @@
 # silently over TCP?  Asked from outside the programs, not only from the
 # shim's log as the other scripts do:
 #   - once the server listens: the ferry listener's rendezvous, a listening
-#     abstract AF_UNIX socket "@ferry/cm/v1/inet/127.0.0.1/PORT"
-#     (cm/cm_shm.c), is there exactly when the server is under the preload;
+#     abstract AF_UNIX socket "@ferry/cm/v2/PORT/INODE/COOKIE" named after
+#     the server's TCP socket (cm/cm_shm_owner.c), is there exactly when
+#     the server is under the preload;
 #   - while a connection is open and idle between the server and a socat
 #     client whose input is a FIFO the test holds (a line has gone there
 #     and back first): the kernel TCP connections on the port (ss) are none
@@ -32,14 +33,14 @@ tcp_conns() {
 	ss -Htn state established "( sport = :$1 or dport = :$1 )" | grep -c .
 }
 
-# rendezvous PORT: how many ferry listeners' rendezvous sockets for
-# 127.0.0.1:PORT listen in this network namespace (/proc/net/unix: flags
+# rendezvous PORT: how many ferry listeners' rendezvous sockets for TCP
+# port PORT listen in this network namespace (/proc/net/unix: flags
 # 00010000 and state 01 are a listening socket; a connection accepted
 # from it shows the same name).
 rendezvous() {
-	awk -v name="@ferry/cm/v1/inet/127.0.0.1/$1" \
-		'$4 == "00010000" && $6 == "01" && $8 == name { n++ } END { print n + 0 }' \
-		/proc/net/unix
+	awk -v prefix="@ferry/cm/v2/$1/" \
+		'$4 == "00010000" && $6 == "01" && index($8, prefix) == 1 { n++ }
+		 END { print n + 0 }' /proc/net/unix
 }
 
 # ferry_conns PORT: "rows sent received" for every established shm
