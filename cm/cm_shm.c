@@ -335,6 +335,30 @@ void shm_cm_fired(struct shm_cm_id *st)
 	st->retry_armed = false;
 }
 
+int shm_cm_exchange_step(struct shm_cm_id *st, event_callback_fn cb, uint32_t *peer_qpn_p)
+{
+	struct ferry_qp *qp = st->id->id.qp;
+	uint64_t now;
+	struct timeval tv;
+
+	if (ferry_qp_exchange_step(qp, peer_qpn_p) == 0)
+		return 1;
+	if (errno != EAGAIN)
+		return -1;
+	now = shm_cm_now_ms();
+	if (now >= st->xdeadline_ms) {
+		ferry_info("cm: QP %u: the peer did not finish the exchange in time", qp->qp_num);
+		ferry_qp_exchange_abort(qp);
+		return ERR(ETIMEDOUT);
+	}
+	tv = shm_cm_tv(st->xdeadline_ms - now);
+	if (shm_cm_arm(st, st->sock, EV_READ, cb, &tv) < 0) {
+		ferry_qp_exchange_abort(qp);
+		return ERR(ENOMEM);
+	}
+	return 0;
+}
+
 /* Watch an exchanged socket for hang-up, never reading it. */
 int shm_cm_watch_hangup(struct shm_cm_id *st)
 {

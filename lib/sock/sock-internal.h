@@ -256,6 +256,7 @@ struct ferry_sock {
 	int keepalive, keepidle, keepintvl, keepcnt;
 	int linger_on, linger_s;
 	int nodelay, reuseaddr;
+	unsigned int connect_ms;	/* sock_connect_bound; 0: the CM's default */
 
 	/* Verbs resources. */
 	struct ferry_context *ctx;
@@ -357,6 +358,12 @@ int sock_epoll_add(struct ferry_sock *s, int fd);
  * sockets must keep the number the application already holds.
  */
 int sock_renumber(int from, int to);
+/*
+ * sock_connect_bound - a connect of socket @fd (not yet connecting) gives
+ * up after @ms without the listener's answer (ETIMEDOUT), rather than the
+ * CM's long default.  For the shim, which falls back to TCP then.
+ */
+int sock_connect_bound(int fd, unsigned int ms);
 /*
  * sock_forget - let go of socket @fd in this process without a word to the
  * peer, for the preload shim when another process (after fork) still holds

@@ -526,6 +526,7 @@ int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen
 	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0)
 		goto err;
 	ferry_cm_quiet(s->id);	/* the peer's end comes in band, or as QP errors */
+	ferry_cm_connect_timeout(s->id, s->connect_ms);
 	if (ferry_resolve_addr(s->id, s->bound.sa.sa_family ? &s->bound.sa : NULL,
 			       (struct sockaddr *)&dst, SOCK_CM_TIMEOUT_MS) < 0)
 		goto err;
