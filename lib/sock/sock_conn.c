@@ -784,8 +784,11 @@ static void sock_conn_passive_event(struct ferry_sock *l, struct ferry_cm_event 
 	if (!s)
 		return;	/* an accepted socket's later events: its QP tells */
 	if (ev->event != FERRY_CM_EVENT_ESTABLISHED) {
+		/* The client did not complete the handshake (CONNECT_ERROR,
+		 * after ferry_accept returned): the socket goes after this
+		 * event's ack, which destroying its id waits for. */
 		ferry_info("sock: accepted connection failed: %s", ferry_event_str(ev->event));
-		sock_free(s);
+		l->reap = s;
 		return;
 	}
 	sock_conn_established(s);
