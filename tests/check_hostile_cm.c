@@ -3,7 +3,8 @@
  * a client that sends its request and HELLO and then nothing, a server
  * that sends ACCEPT and then nothing, one that takes the client's side of
  * the QP exchange and hangs up without READY, and a listener process
- * stopped with SIGSTOP.  Each may delay only its own connection: the tests
+ * stopped with SIGSTOP, and one out of descriptors when the client's
+ * memory comes.  Each may delay only its own connection: the tests
  * check that the others go on meanwhile (by the order of events, not by
  * elapsed time: the bounds below only catch a hang), and that the stalled
  * one ends in an error rather than a connection that resets.
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -408,6 +410,80 @@ START_TEST(test_no_ready_no_connection)
 }
 END_TEST
 
+/*
+ * Take up every free descriptor of this process (under a soft limit
+ * lowered to at most 1024); their number.  hcm_fds_release gives them back.
+ */
+static int hcm_fds_exhaust(int *fds, int max, struct rlimit *old)
+{
+	struct rlimit low;
+	int n = 0;
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, old), 0);
+	low = *old;
+	if (low.rlim_cur > 1024)
+		low.rlim_cur = 1024;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (n < max && (fds[n] = dup(0)) >= 0)
+		n++;
+	ck_assert_int_eq(errno, EMFILE);
+	return n;
+}
+
+static void hcm_fds_release(int *fds, int n, const struct rlimit *old)
+{
+	while (n > 0)
+		close(fds[--n]);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, old), 0);
+}
+
+/*
+ * A server out of descriptors when the client's REGION comes: the kernel
+ * drops the region's descriptor (MSG_CTRUNC).  Its exchange fails with
+ * EMFILE (not EPROTO: the peer did nothing wrong), and the client, which
+ * never had its READY, does not connect.
+ */
+START_TEST(test_fds_exhausted_no_connection)
+{
+	static int fillers[1024];
+	struct pollfd p = { .events = POLLIN };
+	struct sockaddr_storage dst;
+	struct rlimit old;
+	struct tu_end srv;
+	struct cmt_end c;
+	uint16_t port;
+	uint32_t qpn;
+	int lfd, fd, n, r, e;
+
+	lfd = hcm_raw_listener(&port);
+	cmt_addr(&dst, AF_INET, port);
+	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
+	fd = hcm_raw_take(lfd);
+	hcm_send_msg(fd, CM_MSG_ACCEPT, port);
+	tu_end_open(&srv, NULL);
+	ck_assert_int_eq(tu_qp_to_init(srv.qp, TU_QP_ACCESS_ALL), 0);
+	ck_assert_int_eq(ferry_qp_exchange_begin(srv.qp, fd), 0);
+	ck_assert_int_lt(ferry_qp_exchange_step(srv.qp, &qpn), 0);
+	ck_assert_int_eq(errno, EAGAIN);
+	p.fd = fd;
+	ck_assert_int_eq(poll(&p, 1, TU_WAIT_MS), 1);	/* the client's REGION */
+
+	n = hcm_fds_exhaust(fillers, 1024, &old);
+	r = ferry_qp_exchange_step(srv.qp, &qpn);
+	e = errno;
+	hcm_fds_release(fillers, n, &old);
+	ck_assert_int_lt(r, 0);
+	ck_assert_int_eq(e, EMFILE);
+
+	shutdown(fd, SHUT_RDWR);	/* what the CM does with a failed exchange */
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_CONNECT_ERROR), 0);
+	close(fd);
+	cmt_close(&c);
+	tu_end_close(&srv);
+	close(lfd);
+}
+END_TEST
+
 /* --- a listener process stopped with SIGSTOP --- */
 
 /* Child: a stream listener; its port to the parent; echo one byte a client. */
@@ -503,6 +579,7 @@ Suite *hostile_cm_suite(void)
 		tcase_add_test(stall, test_stalled_client_sock);
 		tcase_add_test(stall, test_server_stalls_after_accept);
 		tcase_add_test(stall, test_no_ready_no_connection);
+		tcase_add_test(stall, test_fds_exhausted_no_connection);
 		tcase_add_test(stall, test_stopped_listener_times_out);
 	}
 	suite_add_tcase(s, stall);
