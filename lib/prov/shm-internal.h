@@ -535,6 +535,8 @@ int shm_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qpn_p);
 int shm_qp_exchange_begin(struct ferry_qp *qp, int sock);
 int shm_qp_exchange_step(struct ferry_qp *qp, uint32_t *peer_qpn_p);
 void shm_qp_exchange_abort(struct ferry_qp *qp);
+/* Drop qp->xconn (there is one), and our region with it; sq_lock held. */
+void shm_qp_exchange_drop(struct shm_qp *qp);
 /* Where new blocks are announced: the connection, or an exchange's whose
  * blocks went out already (NULL: neither); sq_lock held. */
 struct shm_conn *shm_qp_announce_conn(struct shm_qp *qp);

@@ -715,12 +715,20 @@ struct shm_conn *shm_qp_announce_conn(struct shm_qp *qp)
 	return qp->xconn && qp->xconn->blocks_sent ? qp->xconn : NULL;
 }
 
-/* The exchange is over, failed: our region waits for the peer to let go
- * of it if it mapped it (shm_region_release); sq_lock held. */
-static void shm_exchange_drop(struct shm_qp *qp, struct shm_conn *conn)
+/*
+ * Drop the exchange under way, failed or abandoned; sq_lock held.  Before
+ * our READY the peer cannot have connected, nor have we made a delivery
+ * from our region: it is reused at once (a peer that stalls must not pin
+ * it).  After, the peer may have completed: the region waits for it to let
+ * go, as an established connection's does (shm_region_release).
+ */
+void shm_qp_exchange_drop(struct shm_qp *qp)
 {
+	struct shm_conn *conn = qp->xconn;
+
 	qp->xconn = NULL;
-	shm_region_release(qp, conn);
+	shm_region_release(qp, conn->xstate == SHM_X_READY ? conn : NULL);
+	shm_conn_destroy(conn);
 }
 
 /* The exchange is complete: @conn becomes the QP's connection. */
@@ -761,10 +769,9 @@ int shm_qp_exchange_step(struct ferry_qp *fqp, uint32_t *peer_qpn_p)
 		ferry_unlock(&qp->sq_lock);
 		return -1;
 	}
-	shm_exchange_drop(qp, conn);
+	shm_qp_exchange_drop(qp);
 	ferry_unlock(&qp->sq_lock);
 	ferry_info("QP %u: exchange failed: %s", fqp->qp_num, strerror(e));
-	shm_conn_destroy(conn);
 	return ERR(e);
 
 complete:
@@ -778,15 +785,11 @@ complete:
 void shm_qp_exchange_abort(struct ferry_qp *fqp)
 {
 	struct shm_qp *qp = to_sqp(fqp);
-	struct shm_conn *conn;
 
 	ferry_lock(&qp->sq_lock);
-	conn = qp->xconn;
-	if (conn)
-		shm_exchange_drop(qp, conn);
+	if (qp->xconn)
+		shm_qp_exchange_drop(qp);
 	ferry_unlock(&qp->sq_lock);
-	if (conn)
-		shm_conn_destroy(conn);
 }
 
 int shm_qp_exchange_begin(struct ferry_qp *fqp, int sock)
