@@ -701,7 +701,9 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 		sock_spare_release(l->spare, l->spare_pid);	/* the parent's */
 		l->spare = NULL;
 	}
-	if (l->spare || !l->req_ctx || l->state != SOCK_LISTENING)
+	/* Not while an accepted connection completes its handshake: that
+	 * wait is short, and the spare would come and go by its timing. */
+	if (l->spare || !l->req_ctx || l->state != SOCK_LISTENING || l->pending)
 		return;
 	s = sock_new(l->domain, false, true, sock_ctx_merges(l->req_ctx));
 	if (!s)
