@@ -22,8 +22,7 @@
  * unless its id asks for less (ferry_cm_connect_timeout: the shim). */
 #define SHM_CM_CONNECT_TIMEOUT_MS	30000
 /*
- * How long the QP exchange after ACCEPT may take, on either side (the
- * client's shorter connect timeout, if it has one, bounds it too).  A
+ * How long the QP exchange after ACCEPT may take, on either side.  A
  * healthy peer needs well under a millisecond; a stalled one holds only
  * its own pending connection, this long.
  */

@@ -12,8 +12,8 @@
  * taking what the listener sent, until the listener's READY says it holds
  * all of ours: only then ESTABLISHED, so a listener that fails to take our
  * side (out of descriptors, say) leaves us unconnected (CONNECT_ERROR),
- * never connected and then reset.  The exchange has SHM_CM_HANDSHAKE_MS
- * (or the shorter connect timeout).  A destination where nothing listens
+ * never connected and then reset.  The exchange has SHM_CM_HANDSHAKE_MS,
+ * whatever the connect timeout.  A destination where nothing listens
  * is REJECTED with ECONNREFUSED at once; a listener whose backlog is full
  * is tried again every SHM_CM_RETRY_MS until the connect timeout.
  */
@@ -120,16 +120,6 @@ static void shm_cm_on_client_exchange(evutil_socket_t fd, short what, void *arg)
 	shm_cm_client_advance(st);
 }
 
-/* The handshake's deadline: its own, or the id's shorter connect timeout. */
-static uint64_t shm_cm_handshake_end(const struct cm_id_priv *id)
-{
-	unsigned int ms = SHM_CM_HANDSHAKE_MS;
-
-	if (id->connect_timeout_ms && id->connect_timeout_ms < ms)
-		ms = id->connect_timeout_ms;
-	return shm_cm_now_ms() + ms;
-}
-
 /* ACCEPT arrived: the exchange our request began goes on, in steps. */
 static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *msg)
 {
@@ -149,7 +139,13 @@ static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *ms
 		.rnr_retry_count = msg->param.rnr_retry_count,
 	};
 	st->request->accept = *msg;
-	st->xdeadline_ms = shm_cm_handshake_end(id);
+	/*
+	 * The exchange's own deadline, not the id's connect timeout, however
+	 * short: the listener answered, so it is alive, and giving up now,
+	 * with our READY perhaps out, could leave it a connection it takes
+	 * for established while we go elsewhere (the shim, to TCP).
+	 */
+	st->xdeadline_ms = shm_cm_now_ms() + SHM_CM_HANDSHAKE_MS;
 	shm_cm_client_advance(st);
 }
 

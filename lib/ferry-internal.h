@@ -363,7 +363,7 @@ void ferry_cm_detach(struct ferry_cm_id *id);
 void ferry_cm_quiet(struct ferry_cm_id *id);
 /*
  * ferry_cm_connect_timeout - a connect of @id waits at most @ms for the
- * listener's answer (and the shm QP exchange after it), then reports
+ * listener's answer (not for the QP exchange after it), then reports
  * UNREACHABLE with ETIMEDOUT; 0: the transport's default (30 s on shm,
  * where the user may accept by hand).  For the socket layer under the
  * shim, which would rather fall back to TCP than wait.  Call it on a

@@ -94,13 +94,14 @@ FP_EXPORT int socket(int domain, int type, int protocol)
 #define FP_DEF_RING (512 * 1024)
 
 /*
- * How long a connect tries ferry before it goes to TCP, when the listener
- * does not answer (stopped, or too busy to run its CM thread and acceptor):
- * a live one answers in well under a millisecond, but a loaded machine
- * can keep its threads off the CPU for tens of ms, and a fallback costs
- * only speed.  The QP exchange after the answer has the same bound.
+ * How long a connect waits for a ferry listener's answer before it goes
+ * to TCP (stopped, or too busy to run its CM thread and acceptor): a live
+ * one answers in well under a millisecond, but a loaded machine can keep
+ * its threads off the CPU for a good part of this, and a needless
+ * fallback costs speed.  Once it has answered, the QP exchange has the
+ * CM's 2 s (cm/cm_shm.h).
  */
-#define FP_FERRY_CONNECT_MS 300
+#define FP_FERRY_CONNECT_MS 500
 
 /* Options set on a socket before it became a ferry socket, replayed. */
 static void fp_replay_options(int sfd, const struct fp_fd *e)

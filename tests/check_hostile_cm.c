@@ -36,7 +36,7 @@
 #include "testutil.h"
 
 /* The socket layer's short connect bound these tests ask for. */
-#define HCM_BOUND_MS	300
+#define HCM_BOUND_MS	500
 /* shm_msg's type field: after magic and version. */
 #define HCM_SHM_TYPE_OFF	8
 #define HCM_SHM_REGION		2
