@@ -22,9 +22,11 @@
  *    reject, disconnect, destroy) may take the id back first
  *    (cm_transport.unloop: cm_watch_del waits out a callback that runs).
  *
- * Two things always run in the caller's thread because they may block:
- * QP creation (ferry_cm_create_qp, cm_transport.qp_init) and
- * cm_transport.accept (the shm transport runs its QP exchange there).
+ * Two things always run in the caller's thread: QP creation
+ * (ferry_cm_create_qp, cm_transport.qp_init), which may block, and
+ * cm_transport.accept (the shm transport sends its side of the QP
+ * exchange there, and hands the rest to the CM thread: nothing waits for
+ * a peer, neither there nor in the CM thread).
  *
  * Events.  Transports report outcomes with cm_event_report(); the core
  * queues them on the id's channel (an eventfd in semaphore mode: readable
@@ -143,9 +145,11 @@ struct cm_transport {
 	 */
 	int (*accept_begin)(struct cm_id_priv *id, const struct ferry_conn_param *param);
 	/*
-	 * Caller's thread, may block; use cm_id_call() for loop state.
-	 * Connect the QP (cm_qp_to_rts) and report ESTABLISHED before
-	 * returning 0.  On failure the core moves the id to CM_DISCONNECT.
+	 * Caller's thread; use cm_id_call() for loop state.  Send our side
+	 * and return 0; once the peer's side is in, connect the QP
+	 * (cm_qp_to_rts) and report ESTABLISHED, here or later in the CM
+	 * thread (CONNECT_ERROR if it never comes), never waiting for the
+	 * peer.  On failure the core moves the id to CM_DISCONNECT.
 	 */
 	int (*accept)(struct cm_id_priv *id, const struct ferry_conn_param *param);
 	int (*reject)(struct cm_id_priv *id, const void *pdata, uint8_t len);
@@ -187,6 +191,9 @@ struct cm_id_priv {
 	/* No DISCONNECTED wanted (ferry_cm_quiet): once established, the
 	 * transport need not watch the connection for hang-up. */
 	bool quiet;
+	/* How long a connect waits for the listener's answer, in ms; 0: the
+	 * transport's default (ferry_cm_connect_timeout). */
+	unsigned int connect_timeout_ms;
 	const struct cm_transport *tp;	/* chosen by resolve / request */
 	void *tp_data[CM_TP_MAX];	/* per transport, by cm_transports[] index */
 	bool bound;			/* ferry_bind_addr reserved src_addr */

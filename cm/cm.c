@@ -151,6 +151,12 @@ int ferry_cm_hold_port(struct ferry_cm_id *id, int fd)
 	return 0;
 }
 
+void ferry_cm_connect_timeout(struct ferry_cm_id *id, unsigned int ms)
+{
+	if (id)
+		to_cm_id(id)->connect_timeout_ms = ms;
+}
+
 void ferry_cm_detach(struct ferry_cm_id *id)
 {
 	if (id)
@@ -541,7 +547,11 @@ static int cm_accept_failed_op(void *arg)
 /**
  * ferry_accept - accept the request of @id (from a CONNECT_REQUEST) with
  * private data up to FERRY_MAX_PRIVATE_DATA_ACCEPT bytes.  The id needs a
- * QP.  Returns once the QP is connected and ESTABLISHED is queued.
+ * QP.  An id on a channel: returns once our answer is sent, without
+ * waiting for the client; ESTABLISHED follows when the connection is up,
+ * or CONNECT_ERROR when the client does not complete it (on shm within
+ * two seconds), as rdma_accept.  A synchronous id: returns once
+ * established (-1 with the CONNECT_ERROR's status otherwise).
  */
 int ferry_accept(struct ferry_cm_id *id, struct ferry_conn_param *conn_param)
 {

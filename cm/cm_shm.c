@@ -21,24 +21,35 @@
  * "Port ownership", says what is left to a squatter.
  *
  * Handshake, over the accepted socket (CM messages in cm_msg.h, the QP
- * exchange's in lib/prov/shm_conn.c), one and a half round trips:
+ * exchange's in lib/prov/shm_conn.c):
  *
  *   client (the caller, then CM thread)   listener (CM thread, then the user)
  *   CONNECT_REQ, HELLO  -------------->  new id, CONNECT_REQUEST event;
  *                                        ferry_cm_create_qp, ferry_accept:
  *                <------------------   ACCEPT, HELLO, BLOCK..., REGION
  *                                        (or REJECT, then close)
- *   BLOCK..., REGION  ---------------->
+ *   BLOCK..., REGION, READY  --------->  (CM thread from here)
+ *                <------------------   READY
  *   RTR, RTS, ESTABLISHED                RTR, RTS, ESTABLISHED
  *
  * The client begins the QP exchange (ferry_qp_exchange_begin: HELLO)
- * right behind its request and ends it when ACCEPT comes; the listener's
- * CM reads the request alone and leaves the HELLO queued for the exchange
- * that ferry_accept runs, so until then it watches a request's socket for
- * hang-up only.  After the exchange the socket belongs to the shm provider
- * as much as to us: it holds the same descriptor (ferry_fd_hold: whichever
- * of us lets go last closes it), watches it for hang-up and may read BLOCK
- * messages from it.  So from then on the CM never reads it: it
+ * right behind its request and takes it on in steps when ACCEPT comes;
+ * the listener's CM reads the request alone and leaves the HELLO queued
+ * for the exchange that ferry_accept begins, so until then it watches a
+ * request's socket for hang-up only.  Nobody waits for the peer: each
+ * side runs a step (ferry_qp_exchange_step: take what is there, answer,
+ * EAGAIN while more must come) in the owner's thread, and again from the
+ * id's watch (EV_READ) whenever the peer sends more, until the exchange
+ * completes or SHM_CM_HANDSHAKE_MS passes (shm_cm_exchange_step).  So
+ * ferry_accept returns with our side sent, and the client's CM thread
+ * serves its other ids meanwhile.  READY says "I hold all you sent": each
+ * side is established only with the other's, so a side that cannot take
+ * the other's memory (out of descriptors) leaves both unconnected.
+ * Until then the socket is read by the exchange only; the CM watches it
+ * for readability, never reads it.  After the exchange the socket belongs
+ * to the shm provider as much as to us: it holds the same descriptor
+ * (ferry_fd_hold: whichever of us lets go last closes it), watches it for
+ * hang-up and may read BLOCK messages from it.  So from then on the CM
  * only watches it for EV_CLOSED (EPOLLRDHUP), and shutdown()s it to
  * disconnect, which both providers' monitors and both CMs see.  A quiet
  * id (ferry_cm_quiet: stream sockets) is not watched at all: it wants no
@@ -334,6 +345,30 @@ void shm_cm_fired(struct shm_cm_id *st)
 {
 	st->armed = false;
 	st->retry_armed = false;
+}
+
+int shm_cm_exchange_step(struct shm_cm_id *st, event_callback_fn cb, uint32_t *peer_qpn_p)
+{
+	struct ferry_qp *qp = st->id->id.qp;
+	uint64_t now;
+	struct timeval tv;
+
+	if (ferry_qp_exchange_step(qp, peer_qpn_p) == 0)
+		return 1;
+	if (errno != EAGAIN)
+		return -1;
+	now = shm_cm_now_ms();
+	if (now >= st->xdeadline_ms) {
+		ferry_info("cm: QP %u: the peer did not finish the exchange in time", qp->qp_num);
+		ferry_qp_exchange_abort(qp);
+		return ERR(ETIMEDOUT);
+	}
+	tv = shm_cm_tv(st->xdeadline_ms - now);
+	if (shm_cm_arm(st, st->sock, EV_READ, cb, &tv) < 0) {
+		ferry_qp_exchange_abort(qp);
+		return ERR(ENOMEM);
+	}
+	return 0;
 }
 
 /* Watch an exchanged socket for hang-up, never reading it. */

@@ -19,8 +19,15 @@
 
 /* Rendezvous names: "<prefix>/<port>/<inode>/<cookie in hex>" (cm_shm_owner.c). */
 #define SHM_CM_NAME_PREFIX	"ferry/cm/v2"
-/* How long a client waits for ACCEPT or REJECT (the user may be slow). */
+/* How long a client waits for ACCEPT or REJECT (the user may be slow),
+ * unless its id asks for less (ferry_cm_connect_timeout: the shim). */
 #define SHM_CM_CONNECT_TIMEOUT_MS	30000
+/*
+ * How long the QP exchange after ACCEPT may take, on either side.  A
+ * healthy peer needs well under a millisecond; a stalled one holds only
+ * its own pending connection, this long.
+ */
+#define SHM_CM_HANDSHAKE_MS	2000
 /* How long an accepted socket may take to send its CONNECT_REQ. */
 #define SHM_CM_REQUEST_TIMEOUT_MS	10000
 /* A full listen backlog: try again after this long. */
@@ -44,6 +51,7 @@ struct shm_cm_request {
 	uint8_t req[CM_MSG_MAX_SIZE];
 	size_t req_len;
 	uint64_t deadline_ms;
+	struct cm_msg accept;		/* the listener's ACCEPT, for ESTABLISHED */
 };
 
 /* The shm transport's state of one id (cm_id_priv.tp_data). */
@@ -71,7 +79,11 @@ struct shm_cm_id {
 	bool armed;			/* the watch or retry_ev armed, its callback not run */
 	bool retry_armed;		/* ... and it was retry_ev */
 	uint64_t armed_deadline_ms;	/* its timeout's end, 0: none */
-	struct shm_cm_request *request;	/* client, until the answer */
+	struct shm_cm_request *request;	/* client, until the outcome */
+	/* The QP exchange after ACCEPT, either side: its end, and the QP
+	 * attributes settled for RTR/RTS once it completes. */
+	uint64_t xdeadline_ms;
+	struct cm_qp_param xqpp;
 };
 
 /* A connection a listener took that has not sent its request yet. */
@@ -112,6 +124,13 @@ void shm_cm_msg_param(struct cm_msg_param *mp, const struct ferry_conn_param *cp
 uint8_t shm_cm_min(uint8_t a, uint8_t b);
 /* After the QP exchange: watch the socket for EV_CLOSED only. */
 int shm_cm_watch_hangup(struct shm_cm_id *st);
+/*
+ * shm_cm_exchange_step - one step of the id's QP exchange: 1 when it is
+ * complete (*peer_qpn_p set), 0 when it waits for the peer (the watch is
+ * armed for @cb, until xdeadline_ms), -1 + errno when it failed or its
+ * deadline passed (ETIMEDOUT): the exchange is over, the socket open.
+ */
+int shm_cm_exchange_step(struct shm_cm_id *st, event_callback_fn cb, uint32_t *peer_qpn_p);
 /*
  * shm_cm_arm - aim the id's watch at @fd for @what (EV_READ, EV_CLOSED),
  * calling @cb, and arm it (timeout @tv, may be NULL); @fd -1: the retry

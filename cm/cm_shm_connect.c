@@ -4,10 +4,19 @@
  * cm_shm_owner.c), send CONNECT_REQ and the QP's HELLO, and act on the
  * answer.
  *
- * Nothing here blocks the CM thread except the QP exchange after ACCEPT
- * (see shm_cm_client_exchange).  A destination where nothing listens is
- * REJECTED with ECONNREFUSED at once; a listener whose backlog is full is
- * tried again every SHM_CM_RETRY_MS until the connect timeout.
+ * Nothing here blocks the CM thread.  The answer is awaited on the id's
+ * watch for SHM_CM_CONNECT_TIMEOUT_MS, or the id's own connect timeout
+ * (ferry_cm_connect_timeout: the socket layer under the shim asks for a
+ * short one, so that a stopped or overloaded server sends its clients to
+ * TCP at once); then UNREACHABLE with ETIMEDOUT.  After ACCEPT the QP
+ * exchange runs in steps on the same watch (shm_cm_client_advance), each
+ * taking what the listener sent, until the listener's READY says it holds
+ * all of ours: only then ESTABLISHED, so a listener that fails to take our
+ * side (out of descriptors, say) leaves us unconnected (CONNECT_ERROR),
+ * never connected and then reset.  The exchange has SHM_CM_HANDSHAKE_MS,
+ * whatever the connect timeout.  A destination where nothing listens
+ * is REJECTED with ECONNREFUSED at once; a listener whose backlog is full
+ * is tried again every SHM_CM_RETRY_MS until the connect timeout.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -38,40 +47,25 @@ static void shm_cm_fail(struct shm_cm_id *st, enum ferry_cm_event_type type, int
 	shm_cm_connect_end(st, type, status, NULL);
 }
 
+static unsigned int shm_cm_connect_timeout(const struct cm_id_priv *id);
+
 /* --- the answer --- */
 
-/*
- * ACCEPT arrived: end the exchange our request began, connect the QP,
- * watch for hang-up.
- *
- * Limitation: the exchange runs here, in the CM thread, and blocks it
- * until the listener's side of the exchange answers (ferry_accept in the
- * server's thread sends it right behind ACCEPT: normally at once, at worst
- * the shm provider's exchange timeout).  Meanwhile no other callback of this process runs.  A server in
- * this very process whose accepting thread waits for the CM thread (e.g.
- * two threads accepting at once) can then stall until that timeout.
- */
-static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *msg)
+static void shm_cm_on_client_exchange(evutil_socket_t fd, short what, void *arg);
+
+/* Take the exchange as far as the listener's messages allow; then, once it
+ * is complete, connect the QP, watch for hang-up and report ESTABLISHED. */
+static void shm_cm_client_advance(struct shm_cm_id *st)
 {
 	struct cm_id_priv *id = st->id;
-	const struct cm_msg_param *ours = &st->request->param;
-	struct cm_qp_param qpp = {
-		.max_rd_atomic = shm_cm_min(ours->initiator_depth,
-					    msg->param.responder_resources),
-		.max_dest_rd_atomic = ours->responder_resources,
-		.retry_count = ours->retry_count,
-		.rnr_retry_count = msg->param.rnr_retry_count,
-	};
 	struct ferry_conn_param cp;
 	uint32_t peer_qpn;
+	int r;
 
-	shm_cm_disarm(st);
-	if (!id->id.qp) {
-		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, EINVAL);
+	r = shm_cm_exchange_step(st, shm_cm_on_client_exchange, &peer_qpn);
+	if (r == 0)
 		return;
-	}
-	if (ferry_qp_exchange_end(id->id.qp, &peer_qpn) < 0 ||
-	    cm_qp_to_rts(id, peer_qpn, &qpp) < 0) {
+	if (r < 0 || cm_qp_to_rts(id, peer_qpn, &st->xqpp) < 0) {
 		int e = errno;
 
 		ferry_info("cm: connecting QP %u to the listener's: %s", id->id.qp->qp_num,
@@ -83,8 +77,45 @@ static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *ms
 		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, ENOMEM);
 		return;
 	}
-	shm_cm_conn_param(&cp, msg);
+	shm_cm_conn_param(&cp, &st->request->accept);
 	shm_cm_connect_end(st, FERRY_CM_EVENT_ESTABLISHED, 0, &cp);
+}
+
+static void shm_cm_on_client_exchange(evutil_socket_t fd, short what, void *arg)
+{
+	struct shm_cm_id *st = arg;
+
+	shm_cm_fired(st);
+	shm_cm_client_advance(st);
+}
+
+/* ACCEPT arrived: the exchange our request began goes on, in steps. */
+static void shm_cm_client_exchange(struct shm_cm_id *st, const struct cm_msg *msg)
+{
+	struct cm_id_priv *id = st->id;
+	const struct cm_msg_param *ours = &st->request->param;
+
+	shm_cm_disarm(st);
+	if (!id->id.qp) {
+		shm_cm_fail(st, FERRY_CM_EVENT_CONNECT_ERROR, EINVAL);
+		return;
+	}
+	st->xqpp = (struct cm_qp_param){
+		.max_rd_atomic = shm_cm_min(ours->initiator_depth,
+					    msg->param.responder_resources),
+		.max_dest_rd_atomic = ours->responder_resources,
+		.retry_count = ours->retry_count,
+		.rnr_retry_count = msg->param.rnr_retry_count,
+	};
+	st->request->accept = *msg;
+	/*
+	 * The exchange's own deadline, not the id's connect timeout, however
+	 * short: the listener answered, so it is alive, and giving up now,
+	 * with our READY perhaps out, could leave it a connection it takes
+	 * for established while we go elsewhere (the shim, to TCP).
+	 */
+	st->xdeadline_ms = shm_cm_now_ms() + SHM_CM_HANDSHAKE_MS;
+	shm_cm_client_advance(st);
 }
 
 static void shm_cm_on_reply(evutil_socket_t fd, short what, void *arg)
@@ -97,8 +128,8 @@ static void shm_cm_on_reply(evutil_socket_t fd, short what, void *arg)
 
 	shm_cm_fired(st);
 	if (what & EV_TIMEOUT) {
-		ferry_info("cm: no answer from the listener in %d ms",
-			   SHM_CM_CONNECT_TIMEOUT_MS);
+		ferry_info("cm: no answer from the listener in %u ms",
+			   shm_cm_connect_timeout(st->id));
 		shm_cm_fail(st, FERRY_CM_EVENT_UNREACHABLE, ETIMEDOUT);
 		return;
 	}
@@ -296,6 +327,12 @@ static int shm_cm_encode_request(struct shm_cm_id *st, const struct ferry_conn_p
 	return 0;
 }
 
+/* How long to wait for the listener's answer. */
+static unsigned int shm_cm_connect_timeout(const struct cm_id_priv *id)
+{
+	return id->connect_timeout_ms ? id->connect_timeout_ms : SHM_CM_CONNECT_TIMEOUT_MS;
+}
+
 int shm_cm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param)
 {
 	struct shm_cm_id *st = shm_cm_state_get(id);
@@ -308,6 +345,6 @@ int shm_cm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param)
 		return ERR(ENOMEM);
 	if (shm_cm_encode_request(st, param) < 0)
 		return -1;
-	st->request->deadline_ms = shm_cm_now_ms() + SHM_CM_CONNECT_TIMEOUT_MS;
+	st->request->deadline_ms = shm_cm_now_ms() + shm_cm_connect_timeout(id);
 	return shm_cm_try_connect(st);
 }

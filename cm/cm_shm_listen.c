@@ -12,6 +12,16 @@
  * episode: the connections wait in the kernel's backlog meanwhile, and a
  * client that tires of waiting goes elsewhere (the shim: over TCP).  What follows the request (the client's QP
  * HELLO) is not ours to read: ferry_accept's QP exchange checks it.
+ *
+ * Accept never waits for the client.  ferry_accept sends ACCEPT (the CM
+ * thread, shm_cm_accept_begin), then in the caller's thread our side of
+ * the QP exchange and takes what of the client's side is there; the rest
+ * runs in the CM thread as the client's messages arrive (the id's watch,
+ * EV_READ), each step non-blocking (lib/prov/shm_conn.c).  Complete, it
+ * moves the QP to RTS and reports ESTABLISHED; a client that stalls,
+ * sends garbage or hangs up gets CONNECT_ERROR on its id, by
+ * SHM_CM_HANDSHAKE_MS at the latest, and delays nobody else: every other
+ * request and connection of the listener goes on meanwhile.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -417,7 +427,7 @@ static void shm_cm_on_request_gone(evutil_socket_t fd, short what, void *arg)
 /*
  * CM thread: stop watching the socket, send ACCEPT, and give the id to the
  * caller's thread for the rest of ferry_accept: nothing in the loop leads
- * to it until shm_cm_watch_hangup.
+ * to it until shm_cm_accept arms its watch again.
  */
 int shm_cm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param *param)
 {
@@ -442,34 +452,15 @@ int shm_cm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param *pa
 	return 0;
 }
 
-/*
- * The caller's thread, which owns the id since shm_cm_accept_begin: the QP
- * exchange waits for the client, whose side runs in its CM thread
- * (possibly ours), so it must not run in the CM thread.  ESTABLISHED is
- * reported before the hang-up watch starts: from then on the CM thread owns
- * the id again, and a hang-up it sees finds the id established.
- */
-int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
+/* The exchange is complete: connect the QP, report, watch for hang-up. */
+static int shm_cm_accepted(struct shm_cm_id *st, uint32_t peer_qpn)
 {
-	struct shm_cm_id *st = shm_cm_state(id);
-	struct cm_qp_param qpp = {
-		.max_rd_atomic = shm_cm_min(param->initiator_depth, id->peer.max_rd_atomic),
-		.max_dest_rd_atomic = param->responder_resources,
-		.retry_count = id->peer.retry_count,
-		.rnr_retry_count = id->peer.rnr_retry_count,
-	};
-	uint32_t peer_qpn;
-	int e;
+	struct cm_id_priv *id = st->id;
 
-	/* In two halves, so that the provider holds our socket rather than a
-	 * copy of it (one descriptor per connection less). */
-	if (ferry_qp_exchange_begin(id->id.qp, st->sock) < 0 ||
-	    ferry_qp_exchange_end(id->id.qp, &peer_qpn) < 0) {
-		ferry_info("cm: QP exchange with the client: %m");
-		goto err_close;
-	}
-	if (cm_qp_to_rts(id, peer_qpn, &qpp) < 0)
-		goto err_close;
+	if (cm_qp_to_rts(id, peer_qpn, &st->xqpp) < 0)
+		return -1;
+	/* Reported before the watch starts: a hang-up the CM thread sees
+	 * then finds the id established. */
 	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, NULL);
 	if (!id->quiet && shm_cm_watch_hangup(st) < 0) {
 		/* Unwatched, the connection could die unseen: end it now. */
@@ -477,11 +468,68 @@ int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
 		cm_id_disconnected(id);
 	}
 	return 0;
+}
 
-err_close:
+static void shm_cm_on_accept_exchange(evutil_socket_t fd, short what, void *arg);
+
+/*
+ * Take the exchange as far as the client's messages allow: 0 when it is
+ * complete or waits in the loop, -1 + errno when it failed (the socket is
+ * closed, nothing reported).
+ */
+static int shm_cm_accept_advance(struct shm_cm_id *st)
+{
+	uint32_t peer_qpn;
+	int r, e;
+
+	r = shm_cm_exchange_step(st, shm_cm_on_accept_exchange, &peer_qpn);
+	if (r == 0 || (r == 1 && shm_cm_accepted(st, peer_qpn) == 0))
+		return 0;
 	e = errno;
+	ferry_info("cm: QP exchange with the client: %s", strerror(e));
 	shm_cm_close_sock(st);
 	return ERR(e);
+}
+
+/* CM thread: the client sent more, or its time is up. */
+static void shm_cm_on_accept_exchange(evutil_socket_t fd, short what, void *arg)
+{
+	struct shm_cm_id *st = arg;
+
+	shm_cm_fired(st);
+	if (shm_cm_accept_advance(st) < 0)
+		cm_event_report(st->id, NULL, FERRY_CM_EVENT_CONNECT_ERROR, errno, NULL);
+}
+
+/*
+ * The caller's thread, which owns the id since shm_cm_accept_begin: our
+ * side of the exchange (HELLO; with the client's HELLO, which it sent
+ * behind its request, BLOCK... and REGION too), then whatever of the
+ * client's answer is already there.  The rest waits for the client in the
+ * CM thread, never here: ESTABLISHED or CONNECT_ERROR tells the outcome,
+ * by SHM_CM_HANDSHAKE_MS at the latest.
+ */
+int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+	int e;
+
+	st->xqpp = (struct cm_qp_param){
+		.max_rd_atomic = shm_cm_min(param->initiator_depth, id->peer.max_rd_atomic),
+		.max_dest_rd_atomic = param->responder_resources,
+		.retry_count = id->peer.retry_count,
+		.rnr_retry_count = id->peer.rnr_retry_count,
+	};
+	st->xdeadline_ms = shm_cm_now_ms() + SHM_CM_HANDSHAKE_MS;
+	/* Begun on the CM's socket itself, which the provider then holds
+	 * rather than a copy (one descriptor per connection less). */
+	if (ferry_qp_exchange_begin(id->id.qp, st->sock) < 0) {
+		e = errno;
+		ferry_info("cm: QP exchange with the client: %s", strerror(e));
+		shm_cm_close_sock(st);
+		return ERR(e);
+	}
+	return shm_cm_accept_advance(st);
 }
 
 int shm_cm_reject(struct cm_id_priv *id, const void *pdata, uint8_t len)

@@ -709,11 +709,17 @@ int ferry_qp_exchange_begin(struct ferry_qp *qp, int sock)
 	return qp->context->provider->qp_exchange_begin(qp, sock);
 }
 
-int ferry_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qp_num_p)
+int ferry_qp_exchange_step(struct ferry_qp *qp, uint32_t *peer_qp_num_p)
 {
 	if (!qp || !peer_qp_num_p)
 		return ERR(EINVAL);
-	return qp->context->provider->qp_exchange_end(qp, peer_qp_num_p);
+	return qp->context->provider->qp_exchange_step(qp, peer_qp_num_p);
+}
+
+void ferry_qp_exchange_abort(struct ferry_qp *qp)
+{
+	if (qp)
+		qp->context->provider->qp_exchange_abort(qp);
 }
 
 /* --- connecting a QP over a socket with ferry's defaults --- */

@@ -118,16 +118,22 @@ struct ferry_provider {
 	int (*post_send_direct)(struct ferry_qp *qp, struct ferry_send_wr *wr, unsigned int how);
 	int (*qp_exchange)(struct ferry_qp *qp, int sock, uint32_t *peer_qpn);
 	/*
-	 * qp_exchange in two halves, for a caller that sends our first word
-	 * early (the CM's shm transport, right behind its request):
-	 * qp_exchange_begin sends what needs nothing from the peer,
-	 * qp_exchange_end the rest.  ENOTSUP where there is no such split.
-	 * The provider may hold @sock itself (ferry_fd_hold) instead of a
-	 * copy: the caller then closes it with ferry_fd_close.  @sock is the
-	 * CM's own AF_UNIX SOCK_SEQPACKET socket: its kind is not checked.
+	 * qp_exchange in steps, for a caller that sends our first word early
+	 * (the CM's shm transport, right behind its request) and must never
+	 * wait for the peer (the CM thread): qp_exchange_begin sends what
+	 * needs nothing from the peer; qp_exchange_step takes what the peer
+	 * sent so far and answers it, never blocking: 0 once the exchange is
+	 * complete, -1 + EAGAIN while more must come (call it again when
+	 * @sock is readable), any other errno: it failed and is over.
+	 * qp_exchange_abort drops an exchange under way (a deadline passed).
+	 * ENOTSUP where there is no such split.  The provider may hold @sock
+	 * itself (ferry_fd_hold) instead of a copy: the caller then closes it
+	 * with ferry_fd_close.  @sock is the CM's own AF_UNIX SOCK_SEQPACKET
+	 * socket: its kind is not checked.
 	 */
 	int (*qp_exchange_begin)(struct ferry_qp *qp, int sock);
-	int (*qp_exchange_end)(struct ferry_qp *qp, uint32_t *peer_qpn);
+	int (*qp_exchange_step)(struct ferry_qp *qp, uint32_t *peer_qpn);
+	void (*qp_exchange_abort)(struct ferry_qp *qp);
 };
 
 extern const struct ferry_provider ferry_shm_provider;
@@ -210,10 +216,11 @@ bool ferry_block_is_own_inode(unsigned long ino);
 int ferry_memfd_create(const char *name, size_t size);
 unsigned long ferry_fd_inode(int fd);
 
-/* --- core.c: ferry_qp_exchange in two halves (see qp_exchange_begin) --- */
+/* --- core.c: ferry_qp_exchange in steps (see qp_exchange_begin) --- */
 
 int ferry_qp_exchange_begin(struct ferry_qp *qp, int sock);
-int ferry_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qp_num_p);
+int ferry_qp_exchange_step(struct ferry_qp *qp, uint32_t *peer_qp_num_p);
+void ferry_qp_exchange_abort(struct ferry_qp *qp);
 
 /*
  * ferry_pd_detach, ferry_cm_detach - this process lets go of a connection
@@ -363,6 +370,15 @@ void ferry_cm_quiet(struct ferry_cm_id *id);
  * @fd need only stay open until ferry_bind_addr returns.
  */
 int ferry_cm_hold_port(struct ferry_cm_id *id, int fd);
+/*
+ * ferry_cm_connect_timeout - a connect of @id waits at most @ms for the
+ * listener's answer (not for the QP exchange after it), then reports
+ * UNREACHABLE with ETIMEDOUT; 0: the transport's default (30 s on shm,
+ * where the user may accept by hand).  For the socket layer under the
+ * shim, which would rather fall back to TCP than wait.  Call it on a
+ * fresh id, before connect.  Honoured by the shm transport.
+ */
+void ferry_cm_connect_timeout(struct ferry_cm_id *id, unsigned int ms);
 /*
  * ferry_cm_let_go - a quiet @id, established, keeps nothing of its
  * connection the provider holds as well (shm: its socket, so that the

@@ -93,6 +93,16 @@ FP_EXPORT int socket(int domain, int type, int protocol)
  */
 #define FP_DEF_RING (512 * 1024)
 
+/*
+ * How long a connect waits for a ferry listener's answer before it goes
+ * to TCP (stopped, or too busy to run its CM thread and acceptor): a live
+ * one answers in well under a millisecond, but a loaded machine can keep
+ * its threads off the CPU for a good part of this, and a needless
+ * fallback costs speed.  Once it has answered, the QP exchange has the
+ * CM's 2 s (cm/cm_shm.h).
+ */
+#define FP_FERRY_CONNECT_MS 500
+
 /* Options set on a socket before it became a ferry socket, replayed. */
 static void fp_replay_options(int sfd, const struct fp_fd *e)
 {
@@ -140,7 +150,11 @@ static int fp_connect_ferry(int fd, struct fp_fd *e, const struct sockaddr *addr
 		goto fail;
 	fp_replay_options(sfd, e);
 	/* Blocking, whatever the program's flag: the answer decides which
-	 * transport the program's socket will be, before it returns. */
+	 * transport the program's socket will be, before it returns.  So
+	 * bounded, short: a server stopped or too busy to answer sends us to
+	 * TCP, whose backlog answers at once, instead of holding the program
+	 * for the CM's 30 s. */
+	sock_connect_bound(sfd, FP_FERRY_CONNECT_MS);
 	if (ferry_sock_connect(sfd, addr, len) < 0 || sock_renumber(sfd, fd) < 0) {
 		err = errno;
 		ferry_sock_close(sfd);

@@ -20,6 +20,7 @@ Suite *hostile_squat_suite(void);
 Suite *cm_msg_suite(void);
 Suite *cm_suite(void);
 Suite *cm_robust_suite(void);
+Suite *hostile_cm_suite(void);
 Suite *sock_suite(void);
 Suite *config_suite(void);
 Suite *stat_suite(void);

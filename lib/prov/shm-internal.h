@@ -49,7 +49,7 @@
 #include "lock.h"
 
 #define SHM_MAGIC		0x46525931u	/* "FRY1" */
-#define SHM_VERSION		6u	/* 6: a CQ may be woken over the connection */
+#define SHM_VERSION		7u	/* 7: the exchange ends with READY both ways */
 
 #define SHM_MAX_QP_WR		(1u << 15)	/* queue depth limit */
 #define SHM_MAX_SGE		16u
@@ -58,6 +58,8 @@
 #define SHM_MR_TABLE_ENTRIES	(1u << 14)	/* MRs with remote access per PD */
 #define SHM_MR_TABLE_MIN	2u		/* slot 0 (never used) and one MR */
 #define SHM_MAX_MR_SIZE		(1ull << 40)
+/* How long the blocking ferry_qp_exchange waits for the peer (the CM's
+ * exchanges have deadlines of their own: cm/cm_shm.h). */
 #define SHM_EXCHANGE_TIMEOUT_MS	10000
 
 /* rkey / lkey layout: index into the PD's MR table, and an 8-bit generation. */
@@ -190,6 +192,7 @@ enum shm_msg_type {
 	SHM_MSG_REGION = 2,	/* fds: the region's segment */
 	SHM_MSG_BLOCK = 3,	/* fds: one ferry_alloc block */
 	SHM_MSG_TABLE = 4,	/* fds: segment of the PD's overflow MR table */
+	SHM_MSG_READY = 5,	/* no fds: the sender holds all the peer sent */
 };
 
 struct shm_msg {
@@ -431,6 +434,15 @@ struct shm_conn {
 	bool table_announced;		/* our PD's overflow table: sent */
 	bool dead;			/* socket hung up */
 	bool watched;			/* registered with the monitor */
+	/* While the exchange runs (qp->xconn): the peer's message it waits
+	 * for, and whether our BLOCKs and REGION are out (from then on
+	 * ferry_reg_mr announces new blocks on it, as on an established one). */
+	enum shm_xstate {
+		SHM_X_HELLO,		/* the peer's HELLO */
+		SHM_X_REGION,		/* its BLOCKs and REGION */
+		SHM_X_READY,		/* our READY sent: its READY */
+	} xstate;
+	bool blocks_sent;
 };
 
 struct shm_qp {
@@ -526,9 +538,17 @@ int shm_wake_test_sender(void);
 
 /* shm_conn.c: exchange, announcements, monitor */
 int shm_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qpn_p);
-/* Its two halves: send HELLO; then everything after it. */
+/* In steps (the provider's qp_exchange_begin/step/abort): send HELLO; take
+ * what the peer sent and answer it, EAGAIN while it is not all there; drop
+ * an exchange under way. */
 int shm_qp_exchange_begin(struct ferry_qp *qp, int sock);
-int shm_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qpn_p);
+int shm_qp_exchange_step(struct ferry_qp *qp, uint32_t *peer_qpn_p);
+void shm_qp_exchange_abort(struct ferry_qp *qp);
+/* Drop qp->xconn (there is one), and our region with it; sq_lock held. */
+void shm_qp_exchange_drop(struct shm_qp *qp);
+/* Where new blocks are announced: the connection, or an exchange's whose
+ * blocks went out already (NULL: neither); sq_lock held. */
+struct shm_conn *shm_qp_announce_conn(struct shm_qp *qp);
 void shm_conn_destroy(struct shm_conn *conn);
 int shm_conn_announce_block(struct shm_conn *conn, uint64_t id, int fd);
 struct shm_mapping *shm_conn_peer_block(struct shm_conn *conn, uint64_t id);

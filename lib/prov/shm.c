@@ -394,9 +394,12 @@ static int shm_pd_grow(struct shm_pd *spd)
 	atomic_store_explicit(&spd->xtable, (struct shm_mr_entry *)spd->xtable_piece.addr,
 			      memory_order_release);
 	for (qp = spd->qps; qp; qp = qp->pd_next) {
+		struct shm_conn *conn;
+
 		ferry_lock(&qp->sq_lock);
-		if (qp->conn)
-			shm_conn_announce_table(qp->conn, &spd->xtable_piece);
+		conn = shm_qp_announce_conn(qp);
+		if (conn)
+			shm_conn_announce_table(conn, &spd->xtable_piece);
 		ferry_unlock(&qp->sq_lock);
 	}
 	return 0;
@@ -473,21 +476,25 @@ const struct shm_mr_entry *shm_pd_next_entry(struct shm_pd *spd, uint32_t *pos)
 }
 
 /*
- * Tell every connected peer of the PD about a block it can now reach.
+ * Tell every connected peer of the PD about a block it can now reach, and
+ * every peer whose exchange has had our blocks already (it takes this one
+ * before the exchange completes, or later as established peers do).
  * Announcing happens before ferry_reg_mr returns, so the block's fd is in
  * the peer's socket before the rkey can possibly reach it.
  */
 static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
 {
+	struct shm_conn *conn;
 	struct shm_qp *qp;
 	int fd = -1;
 
 	for (qp = spd->qps; qp; qp = qp->pd_next) {
 		ferry_lock(&qp->sq_lock);
-		if (qp->conn && fd < 0)
+		conn = shm_qp_announce_conn(qp);
+		if (conn && fd < 0)
 			fd = ferry_block_dup_fd(block_id);
-		if (qp->conn && fd >= 0)
-			shm_conn_announce_block(qp->conn, block_id, fd);
+		if (conn && fd >= 0)
+			shm_conn_announce_block(conn, block_id, fd);
 		ferry_unlock(&qp->sq_lock);
 	}
 	if (fd >= 0)
@@ -1149,9 +1156,9 @@ static int shm_qp_exchange_begin_op(struct ferry_qp *qp, int sock)
 	return shm_qp_exchange_begin(qp, sock);
 }
 
-static int shm_qp_exchange_end_op(struct ferry_qp *qp, uint32_t *peer_qpn)
+static int shm_qp_exchange_step_op(struct ferry_qp *qp, uint32_t *peer_qpn)
 {
-	return shm_qp_exchange_end(qp, peer_qpn);
+	return shm_qp_exchange_step(qp, peer_qpn);
 }
 
 const struct ferry_provider ferry_shm_provider = {
@@ -1193,5 +1200,6 @@ const struct ferry_provider ferry_shm_provider = {
 	.post_recv = shm_post_recv,
 	.qp_exchange = shm_qp_exchange_op,
 	.qp_exchange_begin = shm_qp_exchange_begin_op,
-	.qp_exchange_end = shm_qp_exchange_end_op,
+	.qp_exchange_step = shm_qp_exchange_step_op,
+	.qp_exchange_abort = shm_qp_exchange_abort,
 };

@@ -1,27 +1,42 @@
 /*
  * shm_conn.c - connecting two shm QPs, and memory blocks announced later.
  *
- * The exchange runs over an AF_UNIX SOCK_SEQPACKET socket in two rounds, so
- * that each side can size its region after learning the peer's queue depth
- * (shm_qp_exchange_begin sends HELLO, which needs nothing from the peer, so
- * a caller may send it early; shm_qp_exchange_end does the rest):
+ * The exchange runs over an AF_UNIX SOCK_SEQPACKET socket, the same on
+ * both sides (ferry_qp_exchange over a socketpair is symmetric):
  *
- *   HELLO   qp_num, psn, rq depth and SGEs, the name of the recv CQ's
- *           wake socket (shm_wake.c);        fds: MR table (read-only),
+ *   HELLO   qp_num, psn, rq depth and SGEs;  fds: MR table (read-only),
  *           recv CQ notify word (read-only); the names of the recv CQ's
  *           and the monitor's wake sockets (shm_wake.c)
  *   BLOCK   block id;                        fd: a ferry_alloc block
  *   REGION  region size;                     fd: the region (read-only)
+ *   READY   (nothing)                        we hold all the peer sent
  *
- * BLOCK messages go before REGION for every block already registered with
- * remote access, and later whenever ferry_reg_mr registers a new one.
+ * Each side sends HELLO (shm_qp_exchange_begin, which needs nothing from
+ * the peer: the CM sends it right behind its request); once it has the
+ * peer's HELLO, its BLOCKs for every block already registered with some
+ * access, then its REGION, sized for the peer's queue; once it has mapped
+ * the peer's BLOCKs and REGION, READY.  The exchange completes with the
+ * peer's READY: neither side is connected before both hold everything,
+ * so a side that fails (out of descriptors, say) leaves a peer that never
+ * connected, not one connected and then reset.  BLOCKs also go later,
+ * whenever ferry_reg_mr registers a new block (from our REGION on).
+ *
+ * Steps.  shm_qp_exchange_step never waits: it takes what is there,
+ * answers, and returns EAGAIN while more must come; how far it got is
+ * kept in the pending connection (qp->xconn, shm_conn.xstate).  The CM
+ * calls it from its thread's events, with a deadline of its own; the
+ * blocking ferry_qp_exchange (an application's socket) calls it in a
+ * poll() loop bounded by SHM_EXCHANGE_TIMEOUT_MS.  A step holds the
+ * QP's sq_lock, as ferry_reg_mr's announcements do.
  *
  * Every message is checked for size, magic, version, type, fd count and
- * value ranges; unexpected descriptors are closed.  The socket stays open:
- * the monitor thread watches it and a hang-up moves the QP to ERR.  It
- * may become the recv CQ's channel as well (ferry_comp_channel_on_conn,
- * shm_conn_move): the peer then wakes that CQ with a 1-byte record on it
- * (shm_conn_wake), and the QP's error shuts it down.
+ * value ranges; unexpected descriptors are closed.  Descriptors the kernel
+ * dropped for want of free ones (MSG_CTRUNC) fail the exchange with
+ * EMFILE, said as such.  The socket stays open: the monitor thread
+ * watches it and a hang-up moves the QP to ERR.  It may become the recv
+ * CQ's channel as well (ferry_comp_channel_on_conn, shm_conn_move): the
+ * peer then wakes that CQ with a 1-byte record on it (shm_conn_wake), and
+ * the QP's error shuts it down.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -91,16 +106,79 @@ static void shm_close_fds(int *fds, int n)
 #define SHM_MSG_BIT(type) (1u << (type))
 
 /*
+ * A message came with fewer descriptors than it carried (MSG_CTRUNC with
+ * room to spare: a control buffer too small would have been filled): the
+ * kernel dropped them because this process, or the system, has no
+ * descriptor free.  Not the peer's fault, so not "malformed": say so at
+ * warn once (it tends to repeat), and fail with the cause, so that the
+ * caller falls back rather than resets.
+ */
+static int shm_msg_fds_lost(int sock)
+{
+	static atomic_bool warned;
+	int e = EMFILE, fd;
+
+	fd = fcntl(sock, F_DUPFD_CLOEXEC, 0);	/* which table is full? */
+	if (fd >= 0)
+		close(fd);	/* freed meanwhile: still ours that ran out */
+	else if (errno == ENFILE)
+		e = ENFILE;
+	if (!atomic_exchange(&warned, true))
+		ferry_warn("out of file descriptors in this process (%s): a connection's "
+			   "memory could not be received; its exchange fails", strerror(e));
+	else
+		ferry_info("out of file descriptors in this process (%s)", strerror(e));
+	return ERR(e);
+}
+
+/* Descriptors of the SCM_RIGHTS in @mh into @got (parked); their count. */
+static int shm_msg_take_fds(struct msghdr *mh, int *got, struct ucred *cred_p)
+{
+	struct cmsghdr *cm;
+	int ngot = 0, i;
+
+	for (cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+			for (i = 0; i < k && ngot < SHM_MSG_MAX_FDS; i++) {
+				memcpy(&got[ngot], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+				got[ngot] = ferry_fd_park(got[ngot]);
+				ngot++;
+			}
+		} else if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS &&
+			   cred_p) {
+			memcpy(cred_p, CMSG_DATA(cm), sizeof(*cred_p));
+		}
+	}
+	return ngot;
+}
+
+/* The descriptors each type carries. */
+static int shm_msg_nfds(uint32_t type)
+{
+	switch (type) {
+	case SHM_MSG_HELLO:
+		return SHM_HELLO_FDS;
+	case SHM_MSG_READY:
+		return 0;
+	default:
+		return 1;	/* REGION, BLOCK, TABLE */
+	}
+}
+
+/*
  * shm_msg_recv - receive one message of one of the @types (a mask of
- * SHM_MSG_BIT) with exactly @want_fds descriptors,
- * waiting at most @timeout_ms (-1: don't wait at all).  With @cred_p, also
- * the sender's credentials as the kernel vouches for them (SO_PASSCRED must
- * be on; pid 0 when none came).  Returns 0, or -1 with
- * errno: EAGAIN (nothing there), ETIMEDOUT, ECONNRESET (peer gone), EPROTO
- * (malformed: wrong size, magic, version, type or fd count).
+ * SHM_MSG_BIT) with the descriptors of its type (into @fds, room for
+ * SHM_HELLO_FDS), never waiting.  With @cred_p, also the sender's
+ * credentials as the kernel vouches for them (SO_PASSCRED must be on; pid
+ * 0 when none came).  Returns 0, or -1 with errno: EAGAIN (nothing
+ * there), ECONNRESET (peer gone), EMFILE / ENFILE (its descriptors were
+ * dropped: shm_msg_fds_lost), EPROTO (malformed: wrong size, magic,
+ * version, type or fd count).
  */
 static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
-			int want_fds, int timeout_ms, struct ucred *cred_p)
+			struct ucred *cred_p)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * SHM_MSG_MAX_FDS) +
@@ -112,51 +190,25 @@ static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
 		.msg_iov = &iov, .msg_iovlen = 1,
 		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
 	};
-	int got[SHM_MSG_MAX_FDS], ngot = 0, i;
-	struct cmsghdr *cm;
+	int got[SHM_MSG_MAX_FDS], ngot;
 	ssize_t n;
 
-	/* The peer usually sent it already: poll only when it has not. */
 	do
 		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
-	if (n < 0 && errno == EAGAIN && timeout_ms >= 0) {
-		struct pollfd pfd = { .fd = sock, .events = POLLIN };
-		int r;
-
-		do
-			r = poll(&pfd, 1, timeout_ms);
-		while (r < 0 && errno == EINTR);
-		if (r < 0)
-			return -1;
-		if (r == 0)
-			return ERR(ETIMEDOUT);
-		do
-			n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-		while (n < 0 && errno == EINTR);
-	}
 	if (n < 0)
 		return -1;
 	if (n == 0)
 		return ERR(ECONNRESET);
-	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-			int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-
-			for (i = 0; i < k && ngot < SHM_MSG_MAX_FDS; i++)
-			{
-				memcpy(&got[ngot], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-				got[ngot] = ferry_fd_park(got[ngot]);
-				ngot++;
-			}
-		} else if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS &&
-			   cred_p) {
-			memcpy(cred_p, CMSG_DATA(cm), sizeof(*cred_p));
-		}
+	ngot = shm_msg_take_fds(&mh, got, cred_p);
+	if ((mh.msg_flags & MSG_CTRUNC) && ngot < SHM_MSG_MAX_FDS) {
+		shm_close_fds(got, ngot);
+		return shm_msg_fds_lost(sock);
 	}
 	if (n != (ssize_t)sizeof(*msg) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
 	    msg->magic != SHM_MAGIC || msg->version != SHM_VERSION ||
-	    msg->type >= 32 || !(types & SHM_MSG_BIT(msg->type)) || ngot != want_fds) {
+	    msg->type >= 32 || !(types & SHM_MSG_BIT(msg->type)) ||
+	    ngot != shm_msg_nfds(msg->type)) {
 		ferry_warn("malformed message from peer (%zd bytes, type %u, %d fds)",
 			   n, n >= 12 ? msg->type : 0, ngot);
 		shm_close_fds(got, ngot);
@@ -396,8 +448,7 @@ static int shm_hello_recv(struct shm_conn *conn)
 	struct shm_msg m;
 	int pfds[SHM_HELLO_FDS];
 
-	if (shm_msg_recv(conn->sock, &m, SHM_MSG_BIT(SHM_MSG_HELLO), pfds, SHM_HELLO_FDS,
-			 SHM_EXCHANGE_TIMEOUT_MS, &cred) < 0)
+	if (shm_msg_recv(conn->sock, &m, SHM_MSG_BIT(SHM_MSG_HELLO), pfds, &cred) < 0)
 		return -1;
 	conn->peer_pid = cred.pid;
 	if (conn->peer_pid <= 0) {
@@ -440,21 +491,18 @@ static int shm_hello_recv(struct shm_conn *conn)
 }
 
 static void shm_conn_take(struct shm_conn *conn, const struct shm_msg *m, int fd);
-static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn);
+static int shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn);
 
 /*
- * Second round: our blocks, then our region; the peer's blocks, then its
- * region.  Blocks go first so that when ferry_qp_exchange returns on either
- * side, every rkey the application may already hold is reachable.
+ * Once the peer's HELLO is in: our region, sized for the peer's queue,
+ * then our blocks, then the region itself.  Blocks go first so that when
+ * the exchange completes on either side, every rkey the application may
+ * already hold is reachable; from here on ferry_reg_mr announces new ones
+ * on this connection (blocks_sent, set under the sq_lock the scan holds).
  */
-static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
+static int shm_region_send(struct shm_qp *qp, struct shm_conn *conn)
 {
 	struct shm_msg m = { .type = SHM_MSG_REGION };
-	struct shm_region_layout want = shm_region_layout(conn->peer_rq_size,
-							  conn->peer_rq_stride, qp->rq_size);
-	const struct shm_region *pr;
-	const void *start;
-	int fd;
 
 	if (shm_region_create(qp, conn->peer_rq_size) < 0)
 		return -1;
@@ -464,33 +512,35 @@ static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 	ferry_lock(&qp->rq_lock);
 	shm_rq_publish(qp);
 	ferry_unlock(&qp->rq_lock);
-	shm_conn_announce_existing(qp, conn);
+	if (shm_conn_announce_existing(qp, conn) < 0)
+		return -1;
+	conn->blocks_sent = true;
 	m.value = qp->region_size;
 	m.off[0] = qp->region_piece.off;
-	if (shm_msg_send(conn->sock, &m, &qp->region_piece.seg->fd, 1) < 0)
-		return -1;
-	for (;;) {
-		if (shm_msg_recv(conn->sock, &m,
-				 SHM_MSG_BIT(SHM_MSG_REGION) | SHM_MSG_BIT(SHM_MSG_BLOCK) |
-				 SHM_MSG_BIT(SHM_MSG_TABLE),
-				 &fd, 1, SHM_EXCHANGE_TIMEOUT_MS, NULL) < 0)
-			return -1;
-		if (m.type == SHM_MSG_REGION)
-			break;
-		shm_conn_take(conn, &m, fd);
-	}
-	if (m.value != want.size) {
+	return shm_msg_send(conn->sock, &m, &qp->region_piece.seg->fd, 1);
+}
+
+/* Map the peer's region, passed as @fd (which this closes) with @m. */
+static int shm_region_map(struct shm_qp *qp, struct shm_conn *conn, const struct shm_msg *m,
+			  int fd)
+{
+	struct shm_region_layout want = shm_region_layout(conn->peer_rq_size,
+							  conn->peer_rq_stride, qp->rq_size);
+	const struct shm_region *pr;
+	const void *start;
+
+	if (m->value != want.size) {
 		ferry_warn("peer's region is %llu bytes, expected %zu",
-			   (unsigned long long)m.value, want.size);
+			   (unsigned long long)m->value, want.size);
 		close(fd);
 		return ERR(EPROTO);
 	}
-	if (m.off[0] & 63) {
+	if (m->off[0] & 63) {
 		ferry_warn("peer's region is misaligned");
 		close(fd);
 		return ERR(EPROTO);
 	}
-	conn->peer_region_map = shm_arena_map_peer(fd, m.off[0], want.size, &start);
+	conn->peer_region_map = shm_arena_map_peer(fd, m->off[0], want.size, &start);
 	close(fd);
 	if (!conn->peer_region_map)
 		return ERR(EPROTO);
@@ -504,6 +554,64 @@ static int shm_exchange_region(struct shm_qp *qp, struct shm_conn *conn)
 	conn->peer_dq = shm_dq_entry((uint8_t *)conn->peer_region, qp->rq_size, 0);
 	conn->my_dq = shm_dq_entry((uint8_t *)qp->region, conn->peer_rq_size, 0);
 	return 0;
+}
+
+/*
+ * Take the peer's announcements up to a message of type @last (REGION or
+ * READY), whose descriptor (REGION's) lands in *fd_p.  EAGAIN: not there
+ * yet, what came so far is taken.
+ */
+static int shm_conn_take_until(struct shm_conn *conn, uint32_t last, struct shm_msg *m,
+			       int *fd_p)
+{
+	uint32_t types = SHM_MSG_BIT(last) | SHM_MSG_BIT(SHM_MSG_BLOCK) |
+			 SHM_MSG_BIT(SHM_MSG_TABLE);
+	int fds[SHM_HELLO_FDS];
+
+	for (;;) {
+		if (shm_msg_recv(conn->sock, m, types, fds, NULL) < 0)
+			return -1;
+		if (m->type == last)
+			break;
+		shm_conn_take(conn, m, fds[0]);
+	}
+	*fd_p = last == SHM_MSG_READY ? -1 : fds[0];
+	return 0;
+}
+
+/* We hold all the peer sent before its REGION, and the region: tell it. */
+static int shm_ready_send(struct shm_conn *conn)
+{
+	struct shm_msg m = { .type = SHM_MSG_READY };
+
+	return shm_msg_send(conn->sock, &m, NULL, 0);
+}
+
+/*
+ * Take the exchange as far as the peer's messages allow; sq_lock held.
+ * HELLO, then our side (BLOCK..., REGION); the peer's BLOCK..., REGION,
+ * then our READY; its READY.  Each side completes only with the other's
+ * READY, which it sends once it holds everything: a peer that fails to
+ * take our region (out of descriptors, say) leaves us never connected,
+ * instead of connected and then reset.
+ */
+static int shm_exchange_advance(struct shm_qp *qp, struct shm_conn *conn)
+{
+	struct shm_msg m;
+	int fd;
+
+	if (conn->xstate == SHM_X_HELLO) {
+		if (shm_hello_recv(conn) < 0 || shm_region_send(qp, conn) < 0)
+			return -1;
+		conn->xstate = SHM_X_REGION;
+	}
+	if (conn->xstate == SHM_X_REGION) {
+		if (shm_conn_take_until(conn, SHM_MSG_REGION, &m, &fd) < 0 ||
+		    shm_region_map(qp, conn, &m, fd) < 0 || shm_ready_send(conn) < 0)
+			return -1;
+		conn->xstate = SHM_X_READY;
+	}
+	return shm_conn_take_until(conn, SHM_MSG_READY, &m, &fd);
 }
 
 void shm_conn_destroy(struct shm_conn *conn)
@@ -531,30 +639,41 @@ void shm_conn_destroy(struct shm_conn *conn)
  * sq_lock held.  The table is read without the PD lock (reg_mr takes the PD
  * lock and then our sq_lock): an MR registered too late for this scan is
  * announced by reg_mr itself, which waits for our sq_lock and then finds
- * qp->conn set.
+ * blocks_sent set (shm_qp_announce_conn).
  */
-static void shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
+static int shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 {
 	struct shm_pd *spd = to_spd(qp->qp.pd);
 	const struct shm_mr_entry *e;
 	uint32_t pos = 0;
 
-	if (atomic_load_explicit(&spd->xtable, memory_order_acquire))
-		shm_conn_announce_table(conn, &spd->xtable_piece);
+	if (atomic_load_explicit(&spd->xtable, memory_order_acquire) &&
+	    shm_conn_announce_table(conn, &spd->xtable_piece) < 0)
+		return -1;
 
 	while ((e = shm_pd_next_entry(spd, &pos))) {
 		uint64_t id;
-		int fd;
+		int fd, r;
 
 		id = e->block_id;
 		if (!id)
 			continue;
+		errno = 0;
 		fd = ferry_block_dup_fd(id);
-		if (fd < 0)
-			continue;	/* freed meanwhile */
-		shm_conn_announce_block(conn, id, fd);
+		if (fd < 0) {
+			/* Freed meanwhile is fine; out of descriptors is not:
+			 * the peer would connect without the block and find
+			 * its writes refused later (remote access errors). */
+			if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+				return -1;
+			continue;
+		}
+		r = shm_conn_announce_block(conn, id, fd);
 		close(fd);
+		if (r < 0)
+			return -1;	/* a block the peer must have, not sent */
 	}
+	return 0;
 }
 
 /*
@@ -604,49 +723,88 @@ err_free:
 	return -1;
 }
 
-/* The second half: the peer's HELLO, then both regions. */
-int shm_qp_exchange_end(struct ferry_qp *fqp, uint32_t *peer_qpn_p)
+struct shm_conn *shm_qp_announce_conn(struct shm_qp *qp)
 {
-	struct shm_qp *qp = to_sqp(fqp);
-	struct shm_conn *conn;
+	if (qp->conn)
+		return qp->conn;
+	return qp->xconn && qp->xconn->blocks_sent ? qp->xconn : NULL;
+}
 
-	ferry_lock(&qp->sq_lock);
-	conn = qp->xconn;
+/*
+ * Drop the exchange under way, failed or abandoned; sq_lock held.  Before
+ * our READY the peer cannot have connected, nor have we made a delivery
+ * from our region: it is reused at once (a peer that stalls must not pin
+ * it).  After, the peer may have completed: the region waits for it to let
+ * go, as an established connection's does (shm_region_release).
+ */
+void shm_qp_exchange_drop(struct shm_qp *qp)
+{
+	struct shm_conn *conn = qp->xconn;
+
 	qp->xconn = NULL;
-	if (!conn || qp->qp.state != FERRY_QPS_INIT) {
-		ferry_unlock(&qp->sq_lock);
-		errno = EINVAL;
-		goto err_free;
-	}
-	if (shm_hello_recv(conn) < 0 || shm_exchange_region(qp, conn) < 0) {
-		int e = errno;
+	shm_region_release(qp, conn->xstate == SHM_X_READY ? conn : NULL);
+	shm_conn_destroy(conn);
+}
 
-		shm_region_release(qp, NULL);	/* the peer never had it */
-		ferry_unlock(&qp->sq_lock);
-		ferry_info("QP %u: exchange failed: %s", fqp->qp_num, strerror(e));
-		errno = e;
-		goto err_free;
-	}
+/* The exchange is complete: @conn becomes the QP's connection. */
+static void shm_exchange_complete(struct shm_qp *qp, struct shm_conn *conn)
+{
+	qp->xconn = NULL;
 	/* shm_poll_recv reads qp->conn under the recv CQ's lock alone. */
 	ferry_lock(&to_scq(qp->qp.recv_cq)->lock);
 	ferry_lock(&qp->rq_lock);
 	qp->conn = conn;
 	ferry_unlock(&qp->rq_lock);
 	ferry_unlock(&to_scq(qp->qp.recv_cq)->lock);
-	ferry_unlock(&qp->sq_lock);
+}
 
+/*
+ * One step: what the peer sent since the last, and our answers.  Each runs
+ * under the sq_lock and never waits; between steps ferry_reg_mr may
+ * announce blocks on the exchange (shm_qp_announce_conn).
+ */
+int shm_qp_exchange_step(struct ferry_qp *fqp, uint32_t *peer_qpn_p)
+{
+	struct shm_qp *qp = to_sqp(fqp);
+	struct shm_conn *conn;
+	int e;
+
+	ferry_lock(&qp->sq_lock);
+	conn = qp->xconn;
+	if (!conn) {
+		ferry_unlock(&qp->sq_lock);
+		return ERR(EINVAL);
+	}
+	if (qp->qp.state != FERRY_QPS_INIT)
+		errno = EINVAL;
+	else if (shm_exchange_advance(qp, conn) == 0)
+		goto complete;
+	e = errno;
+	if (e == EAGAIN) {
+		ferry_unlock(&qp->sq_lock);
+		return -1;
+	}
+	shm_qp_exchange_drop(qp);
+	ferry_unlock(&qp->sq_lock);
+	ferry_info("QP %u: exchange failed: %s", fqp->qp_num, strerror(e));
+	return ERR(e);
+
+complete:
+	shm_exchange_complete(qp, conn);
+	ferry_unlock(&qp->sq_lock);
 	shm_monitor_watch(qp);
 	*peer_qpn_p = conn->peer_qpn;
 	return 0;
+}
 
-err_free:
-	if (conn) {
-		int e = errno;
+void shm_qp_exchange_abort(struct ferry_qp *fqp)
+{
+	struct shm_qp *qp = to_sqp(fqp);
 
-		shm_conn_destroy(conn);
-		errno = e;
-	}
-	return -1;
+	ferry_lock(&qp->sq_lock);
+	if (qp->xconn)
+		shm_qp_exchange_drop(qp);
+	ferry_unlock(&qp->sq_lock);
 }
 
 int shm_qp_exchange_begin(struct ferry_qp *fqp, int sock)
@@ -654,11 +812,40 @@ int shm_qp_exchange_begin(struct ferry_qp *fqp, int sock)
 	return shm_qp_exchange_start(fqp, sock, true);
 }
 
+/* Wait until @sock is readable, at most until @end_ns. */
+static int shm_wait_readable(int sock, uint64_t end_ns)
+{
+	struct pollfd pfd = { .fd = sock, .events = POLLIN };
+	uint64_t now = shm_now_ns();
+	int r;
+
+	if (now >= end_ns)
+		return ERR(ETIMEDOUT);
+	r = poll(&pfd, 1, (int)((end_ns - now + 999999) / 1000000));
+	if (r == 0)
+		return ERR(ETIMEDOUT);
+	return r < 0 && errno != EINTR ? -1 : 0;
+}
+
+/* The application's own socket, its own thread: the steps, waiting between. */
 int shm_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn_p)
 {
+	uint64_t end = shm_now_ns() + SHM_EXCHANGE_TIMEOUT_MS * 1000000ull;
+
 	if (shm_qp_exchange_start(fqp, sock, false) < 0)
 		return -1;
-	return shm_qp_exchange_end(fqp, peer_qpn_p);
+	while (shm_qp_exchange_step(fqp, peer_qpn_p) < 0) {
+		if (errno != EAGAIN)
+			return -1;
+		if (shm_wait_readable(sock, end) < 0) {
+			int e = errno;
+
+			ferry_info("QP %u: exchange: %s", fqp->qp_num, strerror(e));
+			shm_qp_exchange_abort(fqp);
+			return ERR(e);
+		}
+	}
+	return 0;
 }
 
 /* --- the connection's socket as the recv CQ's channel --- */
@@ -823,19 +1010,21 @@ static void shm_conn_take(struct shm_conn *conn, const struct shm_msg *m, int fd
 static void shm_conn_drain(struct shm_conn *conn)
 {
 	struct shm_msg m;
-	int fd;
+	int fds[SHM_HELLO_FDS];
 
 	while (!conn->dead) {
 		if (shm_msg_recv(conn->sock, &m,
-				 SHM_MSG_BIT(SHM_MSG_BLOCK) | SHM_MSG_BIT(SHM_MSG_TABLE), &fd, 1,
-				 -1, NULL) < 0) {
+				 SHM_MSG_BIT(SHM_MSG_BLOCK) | SHM_MSG_BIT(SHM_MSG_TABLE), fds,
+				 NULL) < 0) {
 			if (errno == ECONNRESET)
 				conn->dead = true;
-			if (errno != EPROTO)
+			/* A message dropped (malformed, or its block lost for
+			 * want of descriptors) is gone: on to the next. */
+			if (errno != EPROTO && errno != EMFILE && errno != ENFILE)
 				return;
 			continue;
 		}
-		shm_conn_take(conn, &m, fd);
+		shm_conn_take(conn, &m, fds[0]);
 	}
 }
 

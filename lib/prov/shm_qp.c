@@ -250,10 +250,8 @@ static void shm_qp_reset(struct shm_qp *qp)
 	atomic_store(&qp->async_error, false);
 	qp->rnr_pending = false;
 	qp->hangup_pending = false;
-	if (qp->xconn) {
-		shm_conn_destroy(qp->xconn);
-		qp->xconn = NULL;
-	}
+	if (qp->xconn)
+		shm_qp_exchange_drop(qp);
 	if (qp->conn) {
 		struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
 		struct shm_conn *conn = qp->conn;

@@ -194,9 +194,10 @@ int verbs_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr,
 int verbs_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr,
 		    struct ferry_recv_wr **bad);
 int verbs_qp_exchange(struct ferry_qp *qp, int sock, uint32_t *peer_qpn);
-/* Not split in halves: the verbs exchange is one message each way. */
+/* Not split in steps: the verbs exchange is one message each way. */
 int verbs_qp_exchange_begin(struct ferry_qp *qp, int sock);
-int verbs_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qpn);
+int verbs_qp_exchange_step(struct ferry_qp *qp, uint32_t *peer_qpn);
+void verbs_qp_exchange_abort(struct ferry_qp *qp);
 
 /*
  * verbs_device_max_inline - the largest max_inline_data the device accepts

@@ -349,5 +349,6 @@ const struct ferry_provider ferry_verbs_provider = {
 	.post_recv = verbs_post_recv,
 	.qp_exchange = verbs_qp_exchange,
 	.qp_exchange_begin = verbs_qp_exchange_begin,
-	.qp_exchange_end = verbs_qp_exchange_end,
+	.qp_exchange_step = verbs_qp_exchange_step,
+	.qp_exchange_abort = verbs_qp_exchange_abort,
 };

@@ -171,7 +171,11 @@ int verbs_qp_exchange_begin(struct ferry_qp *qp, int sock)
 	return ERR(ENOTSUP);
 }
 
-int verbs_qp_exchange_end(struct ferry_qp *qp, uint32_t *peer_qpn)
+int verbs_qp_exchange_step(struct ferry_qp *qp, uint32_t *peer_qpn)
 {
 	return ERR(ENOTSUP);
+}
+
+void verbs_qp_exchange_abort(struct ferry_qp *qp)
+{
 }

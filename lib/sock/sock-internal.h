@@ -246,6 +246,10 @@ struct ferry_sock {
 	struct ferry_context *req_ctx;
 	struct ferry_sock *next;	/* in a listener's list */
 	int backlog, nready;
+	/* Listener: its port is held by a kernel TCP listener beside it (the
+	 * shim's), so a client it refuses goes over TCP; it refuses rather
+	 * than take the descriptors the program needs (sock_fds_short). */
+	bool tcp_beside;
 	/* A refused request's socket or id, freed once its event is acked. */
 	struct ferry_sock *reap;
 	struct ferry_cm_id *reap_id;
@@ -256,6 +260,7 @@ struct ferry_sock {
 	int keepalive, keepidle, keepintvl, keepcnt;
 	int linger_on, linger_s;
 	int nodelay, reuseaddr;
+	unsigned int connect_ms;	/* sock_connect_bound; 0: the CM's default */
 
 	/* Verbs resources. */
 	struct ferry_context *ctx;
@@ -364,6 +369,12 @@ int sock_renumber(int from, int to);
  * listener reserves the port itself, as ferry_sock_listen does.
  */
 int sock_listen_held(int fd, int backlog, int tcp_fd);
+/*
+ * sock_connect_bound - a connect of socket @fd (not yet connecting) gives
+ * up after @ms without the listener's answer (ETIMEDOUT), rather than the
+ * CM's long default.  For the shim, which falls back to TCP then.
+ */
+int sock_connect_bound(int fd, unsigned int ms);
 /*
  * sock_forget - let go of socket @fd in this process without a word to the
  * peer, for the preload shim when another process (after fork) still holds

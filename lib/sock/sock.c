@@ -421,6 +421,22 @@ static bool sock_connect_sent(struct ferry_sock *s)
 	return sent;
 }
 
+int sock_connect_bound(int fd, unsigned int ms)
+{
+	struct ferry_sock *s = sock_get(fd);
+	int ret = 0;
+
+	if (!s)
+		return -1;
+	pthread_mutex_lock(&s->cm_lock);
+	if (s->state == SOCK_INIT)
+		s->connect_ms = ms;
+	else
+		ret = ERR(EISCONN);
+	pthread_mutex_unlock(&s->cm_lock);
+	return ret;
+}
+
 int ferry_sock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
 	struct ferry_sock *s = sock_get(fd);

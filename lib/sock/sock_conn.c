@@ -19,12 +19,14 @@
 #include "config.h"
 #endif
 
+#include <dirent.h>
 #include <endian.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "sock-internal.h"
@@ -526,6 +528,7 @@ int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen
 	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0)
 		goto err;
 	ferry_cm_quiet(s->id);	/* the peer's end comes in band, or as QP errors */
+	ferry_cm_connect_timeout(s->id, s->connect_ms);
 	if (ferry_resolve_addr(s->id, s->bound.sa.sa_family ? &s->bound.sa : NULL,
 			       (struct sockaddr *)&dst, SOCK_CM_TIMEOUT_MS) < 0)
 		goto err;
@@ -630,6 +633,7 @@ int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd)
 	    ferry_listen(s->id, backlog > 0 ? backlog : 128) < 0)
 		goto err;
 	s->backlog = backlog;
+	s->tcp_beside = tcp_fd >= 0;
 	s->state = SOCK_LISTENING;
 	return 0;
 err:
@@ -701,7 +705,9 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 		sock_spare_release(l->spare, l->spare_pid);	/* the parent's */
 		l->spare = NULL;
 	}
-	if (l->spare || !l->req_ctx || l->state != SOCK_LISTENING)
+	/* Not while an accepted connection completes its handshake: that
+	 * wait is short, and the spare would come and go by its timing. */
+	if (l->spare || !l->req_ctx || l->state != SOCK_LISTENING || l->pending)
 		return;
 	s = sock_new(l->domain, false, true, sock_ctx_merges(l->req_ctx));
 	if (!s)
@@ -717,6 +723,58 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 	l->spare_pid = sock_pid();
 }
 
+/*
+ * Is this process short of descriptors?  A connection over ferry costs the
+ * program one, as over TCP, and for a moment a few more while its memory
+ * is passed; a server near its limit that took every client over ferry
+ * would fail its own open()s and accept()s where TCP leaves it room.  So
+ * a listener with TCP beside it sends the client there while fewer than
+ * SOCK_FD_HEADROOM (plus a sixteenth of the limit) are free.  The lowest
+ * free number bounds the count from below (every one under it is in use)
+ * and costs one call; only when it is past half the limit are they
+ * counted.
+ */
+#define SOCK_FD_HEADROOM	8
+
+static long sock_fds_used(void)
+{
+	struct dirent *d;
+	long n = 0;
+	DIR *dir = opendir("/proc/self/fd");
+
+	if (!dir)
+		return -1;
+	while ((d = readdir(dir)))
+		if (d->d_name[0] != '.')
+			n++;
+	closedir(dir);
+	return n - 1;	/* the directory's own */
+}
+
+/* @any_fd: a descriptor of ours, open (to look for the lowest free one). */
+static bool sock_fds_short(int any_fd)
+{
+	struct rlimit rl;
+	long lowest, used, want;
+	int fd;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur > (rlim_t)1 << 30)
+		return false;
+	want = SOCK_FD_HEADROOM + (long)rl.rlim_cur / 16;
+	fd = fcntl(any_fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return errno == EMFILE || errno == ENFILE;
+	close(fd);
+	lowest = fd;
+	if ((long)rl.rlim_cur - lowest < want)
+		return true;
+	if (lowest < (long)rl.rlim_cur / 2)
+		return false;
+	used = sock_fds_used();
+	return used >= 0 && (long)rl.rlim_cur - used < want;
+}
+
 /* A connection request: a new socket with its resources, accepted at once. */
 static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
 {
@@ -724,6 +782,12 @@ static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
 	struct ferry_conn_param param;
 	struct ferry_sock *s;
 
+	if (l->tcp_beside && sock_fds_short(l->fd)) {
+		ferry_info("sock %d: few descriptors left: a client goes over TCP", l->fd);
+		ferry_reject(ev->id, NULL, 0);
+		l->reap_id = ev->id;	/* after the event's ack (sock_conn_process) */
+		return;
+	}
 	s = sock_conn_new_accepted(l, ev->id->verbs);
 	if (!s) {
 		ferry_warn("sock: no memory for a connection request: rejecting it");
@@ -784,8 +848,11 @@ static void sock_conn_passive_event(struct ferry_sock *l, struct ferry_cm_event 
 	if (!s)
 		return;	/* an accepted socket's later events: its QP tells */
 	if (ev->event != FERRY_CM_EVENT_ESTABLISHED) {
+		/* The client did not complete the handshake (CONNECT_ERROR,
+		 * after ferry_accept returned): the socket goes after this
+		 * event's ack, which destroying its id waits for. */
 		ferry_info("sock: accepted connection failed: %s", ferry_event_str(ev->event));
-		sock_free(s);
+		l->reap = s;
 		return;
 	}
 	sock_conn_established(s);

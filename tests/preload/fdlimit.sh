@@ -4,7 +4,9 @@
 # serves all 30 (what the kernel cannot hand over yet waits in the backlog);
 # under the preload every client must be served as well, over ferry or, for
 # a connection ferry could not make for want of descriptors, whole over TCP:
-# no reset, no error.  The listener must not spin on the error either: it
+# no reset, no error, and the program itself never runs short (a listener
+# with TCP beside it sends clients there while descriptors are short).
+# The listener must not spin on the error either: it
 # says once that it is out of descriptors and pauses, where it used to log
 # "Too many open files" hundreds of times a second.
 set -u
@@ -20,14 +22,15 @@ mkdir -p "$tmp/www"
 random_file "$tmp/www/page" 1
 
 run() {
-	local mode=$1 what failed_before=$failed i ok=0 spins cpids=()
+	local mode=$1 what failed_before=$failed i ok=0 spins cpids=() via_ferry=-
 	what="$clients clients of http.server under ulimit -n $limit ($(describe "$mode"))"
 	serve "fd-$mode" "$mode" bash -c "ulimit -n $limit && exec \"\$0\" \"\$@\"" "$py" -u \
 		-m http.server --bind 127.0.0.1 --directory "$tmp/www" @PORT@ || return
 	wrap_for "$mode" client
 	for i in $(seq "$clients"); do
-		timeout -k 5 60 "${wrap[@]}" curl -sS --noproxy '*' -o "$tmp/got.$i" \
-			"http://127.0.0.1:$port/page" >"$tmp/c.$i.out" 2>"$tmp/c.$i.err" &
+		{ timeout -k 5 60 "${wrap[@]}" curl -sS --noproxy '*' -o "$tmp/got.$i" \
+			"http://127.0.0.1:$port/page" >"$tmp/c.$i.out" 2>"$tmp/c.$i.err"
+		  echo "curl exited with $?" >>"$tmp/c.$i.err"; } &
 		cpids+=($!)
 	done
 	wait "${cpids[@]}"
@@ -35,10 +38,14 @@ run() {
 		if cmp -s "$tmp/got.$i" "$tmp/www/page"; then
 			ok=$((ok + 1))
 		else
-			note "client $i: $(grep -v "debug: cm:" "$tmp/c.$i.err" | tail -n 4)"
+			note "client $i: $(grep -v "debug: cm:" "$tmp/c.$i.err" | tail -n 5)"
 		fi
 	done
 	[ "$ok" = "$clients" ] || fail "$what: $ok of $clients served"
+	if [ "$mode" = ferry ]; then
+		via_ferry=$(cat "$tmp"/c.*.err | grep -Ec "connect to 127\.0\.0\.1:$port: ferry\$")
+		[ "$via_ferry" -gt 0 ] || fail "$what: no client went over ferry"
+	fi
 	kill -TERM "$server_pid"
 	reap "$server_pid" 30
 	spins=$(grep -c 'accepting a connection: Too many open files' "$server_err")
@@ -48,8 +55,8 @@ run() {
 		no_ferry_errors "$what, client $i" "$tmp/c.$i.err"
 	done
 	rm -f "$tmp"/got.* "$tmp"/c.*
-	[ "$failed" != "$failed_before" ] || note "ok: $what ($(grep -c 'cannot accept' \
-		"$server_err") pauses)"
+	[ "$failed" != "$failed_before" ] || note "ok: $what ($via_ferry over ferry," \
+		"$(grep -c 'cannot accept' "$server_err") pauses)"
 }
 
 for mode in tcp ferry; do
