@@ -32,13 +32,16 @@
 #include "cm_shm.h"
 
 /* The connect is over, whichever way: the request goes, the outcome is
- * reported (after which the id may be another thread's). */
+ * reported (after which the id may be another thread's).  @cp may point
+ * into the request (the listener's ACCEPT): the report copies it first. */
 static void shm_cm_connect_end(struct shm_cm_id *st, enum ferry_cm_event_type type,
 			       int status, const struct ferry_conn_param *cp)
 {
-	free(st->request);
+	struct shm_cm_request *rq = st->request;
+
 	st->request = NULL;
 	cm_event_report(st->id, NULL, type, status, cp);
+	free(rq);
 }
 
 static void shm_cm_fail(struct shm_cm_id *st, enum ferry_cm_event_type type, int status)

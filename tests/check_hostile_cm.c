@@ -40,6 +40,7 @@
 #define HCM_BOUND_MS	500
 /* shm_msg's type field: after magic and version. */
 #define HCM_SHM_TYPE_OFF	8
+#define HCM_SHM_HELLO		1
 #define HCM_SHM_REGION		2
 
 /* --- raw peers on rendezvous sockets --- */
@@ -358,57 +359,120 @@ START_TEST(test_server_stalls_after_accept)
 END_TEST
 
 /*
- * Read what the client sends until its REGION (the raw server "takes" it,
- * descriptor and all), then hang up without READY.
+ * A relay between a client's rendezvous connection and a socketpair whose
+ * other end a real server QP exchanges on: the test decides what passes,
+ * and when, so that the client's timing cannot change what a test checks.
+ * hcm_forward moves one record from @from to @to, descriptors and all, and
+ * returns its shm message type (0 if it has none).
  */
-static void hcm_take_region_and_hang_up(int fd)
+static uint32_t hcm_forward(int from, int to)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+		struct cmsghdr align;
+	} ctl;
+	struct pollfd p = { .fd = from, .events = POLLIN };
 	uint8_t buf[512];
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *cm;
 	uint32_t type = 0;
 	ssize_t n;
+	int fds[8], nfds = 0;
 
-	while (type != HCM_SHM_REGION) {
-		ck_assert_int_eq(poll(&p, 1, TU_WAIT_MS), 1);
-		n = recv(fd, buf, sizeof(buf), 0);	/* passed fds: closed by the kernel */
-		ck_assert_int_gt(n, HCM_SHM_TYPE_OFF + 4);
+	ck_assert_int_eq(poll(&p, 1, TU_WAIT_MS), 1);
+	n = recvmsg(from, &mh, MSG_CMSG_CLOEXEC);
+	ck_assert_int_gt(n, 0);
+	ck_assert(!(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)));
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			nfds = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)nfds);
+		}
+	if (n >= HCM_SHM_TYPE_OFF + 4)
 		memcpy(&type, buf + HCM_SHM_TYPE_OFF, sizeof(type));
+	iov.iov_len = (size_t)n;
+	mh.msg_controllen = 0;
+	mh.msg_control = NULL;
+	if (nfds) {
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
 	}
-	shutdown(fd, SHUT_RDWR);
-	close(fd);
+	n = sendmsg(to, &mh, MSG_NOSIGNAL) == n ? n : -errno;
+	ck_assert_msg(n > 0, "relaying a record: %s", strerror((int)-n));
+	while (nfds > 0)
+		close(fds[--nfds]);
+	return type;
 }
 
-START_TEST(test_no_ready_no_connection)
+/* Forward records from @from to @to up to and with one of @type. */
+static void hcm_forward_until(int from, int to, uint32_t type)
+{
+	while (hcm_forward(from, to) != type)
+		;
+}
+
+/*
+ * A raw server with a real QP behind a relay: it has taken @c's request
+ * and answered ACCEPT on *fd_p; the QP has the client's HELLO and has sent
+ * its whole side (HELLO, BLOCK..., REGION), all of which the client has;
+ * the QP exchanges on *qp_p, the test's end of the relay is *relay_p; the
+ * exchange waits for the client's REGION, which nothing has forwarded yet.
+ */
+static void hcm_relay_server(struct cmt_end *c, struct tu_end *srv, int *lfd_p, int *fd_p,
+			     int *qp_p, int *relay_p)
 {
 	struct sockaddr_storage dst;
+	uint16_t port;
+	uint32_t qpn;
+	int sp[2];
+
+	*lfd_p = hcm_raw_listener(&port);
+	cmt_addr(&dst, AF_INET, port);
+	ck_assert_int_eq(cmt_connect(c, (struct sockaddr *)&dst, NULL, 0), 0);
+	*fd_p = hcm_raw_take(*lfd_p);
+	hcm_send_msg(*fd_p, CM_MSG_ACCEPT, port);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+	tu_end_open(srv, NULL);
+	ck_assert_int_eq(tu_qp_to_init(srv->qp, TU_QP_ACCESS_ALL), 0);
+	ck_assert_int_eq(ferry_qp_exchange_begin(srv->qp, sp[0]), 0);
+	*qp_p = sp[0];	/* held by the provider too: ferry_fd_close it */
+	*relay_p = sp[1];
+	hcm_forward_until(*relay_p, *fd_p, HCM_SHM_HELLO);	/* ours to the client */
+	hcm_forward_until(*fd_p, *relay_p, HCM_SHM_HELLO);	/* the client's to us */
+	ck_assert_int_lt(ferry_qp_exchange_step(srv->qp, &qpn), 0);
+	ck_assert_int_eq(errno, EAGAIN);
+	hcm_forward_until(*relay_p, *fd_p, HCM_SHM_REGION);	/* our blocks, region */
+}
+
+/*
+ * A server that takes the client's REGION and hangs up without READY: the
+ * client never connected (no ESTABLISHED first, then a reset).
+ */
+START_TEST(test_no_ready_no_connection)
+{
 	struct tu_end srv;
 	struct cmt_end c;
-	uint16_t port;
-	int lfd, fd;
+	int lfd, fd, qpfd, relay;
+	uint32_t qpn;
 
-	/* A server whose real QP sends its whole side of the exchange... */
-	lfd = hcm_raw_listener(&port);
-	cmt_addr(&dst, AF_INET, port);
-	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
-	fd = hcm_raw_take(lfd);
-	hcm_send_msg(fd, CM_MSG_ACCEPT, port);
-	tu_end_open(&srv, NULL);
-	ck_assert_int_eq(tu_qp_to_init(srv.qp, TU_QP_ACCESS_ALL), 0);
-	ck_assert_int_eq(ferry_qp_exchange_begin(srv.qp, fd), 0);
-	{
-		uint32_t qpn;
-
-		/* HELLO taken, BLOCK.../REGION out; the client's REGION waits. */
-		ck_assert_int_lt(ferry_qp_exchange_step(srv.qp, &qpn), 0);
-		ck_assert_int_eq(errno, EAGAIN);
-	}
-	/* ... but takes the client's REGION and hangs up without READY. */
-	hcm_take_region_and_hang_up(fd);
-
-	/* The client never connected: no ESTABLISHED first, then a reset. */
+	hcm_relay_server(&c, &srv, &lfd, &fd, &qpfd, &relay);
+	hcm_forward_until(fd, relay, HCM_SHM_REGION);
+	/* Our QP takes it and sends READY, which the relay keeps. */
+	(void)ferry_qp_exchange_step(srv.qp, &qpn);
+	shutdown(fd, SHUT_RDWR);
+	close(fd);
 	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_CONNECT_ERROR), 0);
 	cmt_close(&c);
+	close(relay);
 	tu_end_close(&srv);
+	ferry_fd_close(qpfd);
 	close(lfd);
 }
 END_TEST
@@ -449,28 +513,20 @@ static void hcm_fds_release(int *fds, int n, const struct rlimit *old)
 START_TEST(test_fds_exhausted_no_connection)
 {
 	static int fillers[1024];
-	struct pollfd p = { .events = POLLIN };
-	struct sockaddr_storage dst;
 	struct rlimit old;
 	struct tu_end srv;
 	struct cmt_end c;
-	uint16_t port;
+	int lfd, fd, qpfd, relay, n, r, e;
 	uint32_t qpn;
-	int lfd, fd, n, r, e;
 
-	lfd = hcm_raw_listener(&port);
-	cmt_addr(&dst, AF_INET, port);
-	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
-	fd = hcm_raw_take(lfd);
-	hcm_send_msg(fd, CM_MSG_ACCEPT, port);
-	tu_end_open(&srv, NULL);
-	ck_assert_int_eq(tu_qp_to_init(srv.qp, TU_QP_ACCESS_ALL), 0);
-	ck_assert_int_eq(ferry_qp_exchange_begin(srv.qp, fd), 0);
-	ck_assert_int_lt(ferry_qp_exchange_step(srv.qp, &qpn), 0);
-	ck_assert_int_eq(errno, EAGAIN);
-	p.fd = fd;
-	ck_assert_int_eq(poll(&p, 1, TU_WAIT_MS), 1);	/* the client's REGION */
+	if (tu_under_valgrind()) {
+		printf("SKIP test_fds_exhausted_no_connection: valgrind keeps descriptors "
+		       "past the limit it shows\n");
+		return;
+	}
 
+	hcm_relay_server(&c, &srv, &lfd, &fd, &qpfd, &relay);
+	hcm_forward_until(fd, relay, HCM_SHM_REGION);	/* waits for our QP */
 	n = hcm_fds_exhaust(fillers, 1024, &old);
 	r = ferry_qp_exchange_step(srv.qp, &qpn);
 	e = errno;
@@ -481,8 +537,10 @@ START_TEST(test_fds_exhausted_no_connection)
 	shutdown(fd, SHUT_RDWR);	/* what the CM does with a failed exchange */
 	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_CONNECT_ERROR), 0);
 	close(fd);
+	close(relay);
 	cmt_close(&c);
 	tu_end_close(&srv);
+	ferry_fd_close(qpfd);
 	close(lfd);
 }
 END_TEST
@@ -498,6 +556,8 @@ END_TEST
 START_TEST(test_listener_out_of_fds_pauses)
 {
 	static int fds[1100];
+	struct ferry_cm_event *ev;
+	struct ferry_cm_id *req;
 	struct timespec c0, c1;
 	struct rlimit old;
 	struct cmt_end l;
@@ -506,6 +566,12 @@ START_TEST(test_listener_out_of_fds_pauses)
 	uint16_t port;
 	uint64_t cpu_ms;
 	int n, raw;
+
+	if (tu_under_valgrind()) {
+		printf("SKIP test_listener_out_of_fds_pauses: valgrind keeps descriptors "
+		       "past the limit it shows (an accept it refuses loses the connection)\n");
+		return;
+	}
 
 	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
 	len = hcm_name(&un, port);
@@ -523,7 +589,11 @@ START_TEST(test_listener_out_of_fds_pauses)
 	ck_assert_msg(cpu_ms < 200, "the listener spun: %llu ms of CPU in 400 ms out of "
 		      "descriptors", (unsigned long long)cpu_ms);
 	/* Descriptors again: the request that waited is taken. */
-	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST), 0);
+	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
+	req = ev->id;
+	ck_assert_int_eq(ferry_reject(req, NULL, 0), 0);
+	ferry_ack_cm_event(ev);
+	ferry_destroy_id(req);
 	close(raw);
 	cmt_close(&l);
 }

@@ -132,6 +132,8 @@ static int hm_peer_child(int sock, int ctl, void *arg)
 			pause();	/* holds the connection until killed */
 	}
 	TU_CHILD_CHECK(tu_send_u32(ctl, (uint32_t)holder) == 0);
+	/* The receive stays published in the region the parent maps. */
+	TU_CHILD_CHECK(ferry_dereg_mr(mr) == 0);
 	_exit(0);
 }
 
@@ -270,6 +272,7 @@ static int hm_plain_child(int sock, int ctl, void *arg)
 	TU_CHILD_CHECK(tu_send_u32(ctl, n == 1 && wc.status == FERRY_WC_SUCCESS &&
 				   tu_all_bytes(buf, 64, HM_PAYLOAD)) == 0);
 	TU_CHILD_CHECK(tu_recv_u32(ctl, (uint32_t *)&n, TU_WAIT_MS) == 0);
+	TU_CHILD_CHECK(ferry_dereg_mr(mr) == 0);
 	_exit(0);
 }
 

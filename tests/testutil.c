@@ -21,6 +21,13 @@
 #include "ferry-internal.h"
 #include "testutil.h"
 
+bool tu_under_valgrind(void)
+{
+	const char *p = getenv("LD_PRELOAD");
+
+	return p && strstr(p, "vgpreload");
+}
+
 uint64_t tu_now_ms(void)
 {
 	struct timespec ts;

@@ -137,6 +137,9 @@ bool tu_check(const void *buf, size_t len, unsigned int seed);
 bool tu_all_bytes(const void *buf, size_t len, unsigned char value);
 
 uint64_t tu_now_ms(void);
+/* Under valgrind (which keeps descriptors of its own past the limit it
+ * shows, and so does not run out of them as the kernel does)? */
+bool tu_under_valgrind(void);
 void tu_sleep_ms(unsigned int ms);
 
 /* --- across fork() --- */

@@ -17,15 +17,16 @@
  * the process that has the peer's pid then is one that holds the
  * connection:
  *
- *   1. a pidfd of the pid, then /proc/<pid>/mem;
- *   2. the process has among its descriptors the other end of our socket
- *      (its inode, as sock_diag tells; /proc/<pid>/fd lists theirs);
- *   3. the file belongs to the user the peer's HELLO was sent by, ours;
- *   4. the pidfd's process is still there: then it had the pid all along,
- *      since 1, and the descriptor is its address space.
+ *   1. /proc/<pid>, a directory bound to the process that has the pid now
+ *      (once it exits, nothing opens through it, whoever gets the pid);
+ *   2. through it, the process's mem, and its fd directory, which must
+ *      list the other end of our socket (its inode, as sock_diag tells);
+ *   3. the mem file belongs to the user the peer's HELLO was sent by, ours.
  *
- * A pid taken over by a process that does not hold the connection fails
- * 2; one taken over between 1 and 4 fails 4.  Only a peer of our own
+ * Everything is looked up through the one directory, so it is all one
+ * process's, and that process holds the connection: the peer or a child
+ * it gave the connection to.  A pid taken over by any other process fails
+ * 2.  Only a peer of our own
  * user is reached at all: cross-memory access is what a user may do to its
  * own processes, never what ferry adds toward another user's (a root
  * server's peers of other users get remote access errors for memory
@@ -43,33 +44,14 @@
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
 #include <linux/unix_diag.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "shm-internal.h"
-
-static int shm_pidfd_open(pid_t pid)
-{
-#ifdef SYS_pidfd_open
-	return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-	return ERR(ENOSYS);
-#endif
-}
-
-/* Has the process behind @pidfd exited?  (A pidfd polls readable then.) */
-static bool shm_pidfd_exited(int pidfd)
-{
-	struct pollfd p = { .fd = pidfd, .events = POLLIN };
-
-	return poll(&p, 1, 0) != 0;
-}
 
 /* The inode of the other end of the AF_UNIX socket @sock; 0 + errno. */
 static unsigned int shm_unix_peer_inode(int sock)
@@ -115,26 +97,31 @@ static unsigned int shm_unix_peer_inode(int sock)
 	return peer;
 }
 
-/* Does process @pid hold a descriptor of socket inode @ino? */
-static bool shm_proc_holds(pid_t pid, unsigned int ino)
+/* Does the process of /proc directory @proc hold socket inode @ino? */
+static bool shm_proc_holds(int proc, unsigned int ino)
 {
-	char dir[32], path[300], link[64], want[32];
+	char path[300], link[64], want[32];
 	struct dirent *d;
 	bool found = false;
 	DIR *fds;
+	int dfd;
 
-	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
 	snprintf(want, sizeof(want), "socket:[%u]", ino);
-	fds = opendir(dir);
-	if (!fds)
+	dfd = openat(proc, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
 		return false;
+	fds = fdopendir(dfd);
+	if (!fds) {
+		close(dfd);
+		return false;
+	}
 	while (!found && (d = readdir(fds))) {
 		ssize_t n;
 
 		if (d->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
-		n = readlink(path, link, sizeof(link) - 1);
+		snprintf(path, sizeof(path), "fd/%s", d->d_name);
+		n = readlinkat(proc, path, link, sizeof(link) - 1);
 		if (n > 0) {
 			link[n] = '\0';
 			found = strcmp(link, want) == 0;
@@ -144,21 +131,21 @@ static bool shm_proc_holds(pid_t pid, unsigned int ino)
 	return found;
 }
 
-/* Steps 1-4 above: the peer's memory file, or -1 + errno. */
+/* Steps 1-3 above: the peer's memory file, or -1 + errno. */
 static int shm_peer_mem_open(const struct shm_conn *conn)
 {
 	char path[32];
 	struct stat st;
 	unsigned int peer_ino;
-	int pidfd, mem, e = ESRCH;
+	int proc, mem = -1, e = ESRCH;
 
 	if (conn->peer_uid != geteuid() || conn->peer_uid != getuid())
 		return ERR(EPERM);
-	pidfd = shm_pidfd_open(conn->peer_pid);
-	if (pidfd < 0)
+	snprintf(path, sizeof(path), "/proc/%d", (int)conn->peer_pid);
+	proc = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (proc < 0)
 		return -1;
-	snprintf(path, sizeof(path), "/proc/%d/mem", (int)conn->peer_pid);
-	mem = open(path, O_RDWR | O_CLOEXEC);
+	mem = openat(proc, "mem", O_RDWR | O_CLOEXEC);
 	if (mem < 0) {
 		e = errno;
 		goto err;
@@ -168,15 +155,14 @@ static int shm_peer_mem_open(const struct shm_conn *conn)
 		e = errno;
 		goto err;
 	}
-	if (!shm_proc_holds(conn->peer_pid, peer_ino) || fstat(mem, &st) < 0 ||
-	    st.st_uid != conn->peer_uid || shm_pidfd_exited(pidfd))
+	if (!shm_proc_holds(proc, peer_ino) || fstat(mem, &st) < 0 || st.st_uid != conn->peer_uid)
 		goto err;	/* ESRCH: not the peer's process (any more) */
-	close(pidfd);
+	close(proc);
 	return ferry_fd_park(mem);
 err:
 	if (mem >= 0)
 		close(mem);
-	close(pidfd);
+	close(proc);
 	return ERR(e);
 }
 
