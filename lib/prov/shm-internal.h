@@ -213,6 +213,25 @@ struct shm_msg {
 };
 
 #define SHM_HELLO_FDS	2
+#define SHM_MSG_BIT(type) (1u << (type))
+
+/*
+ * shm_msg.c: what a message must be before it is used.  shm_msg_shape_ok:
+ * @len bytes, our magic and version, one of @types (SHM_MSG_BIT mask),
+ * with the @nfds descriptors its type carries.  shm_piece_ok: [@off,
+ * +@size) nonempty, @align-aligned, inside an arena segment.  The value
+ * checks of HELLO (depths, table size, wake names, its two pieces), TABLE
+ * (a full-size table) and REGION (the size @want says, aligned, inside a
+ * segment).
+ */
+#define SHM_ARENA_SEG_SIZE	(256ul << 20)	/* sparse: address space only */
+int shm_msg_nfds(uint32_t type);
+bool shm_msg_shape_ok(const struct shm_msg *m, size_t len, int nfds, uint32_t types);
+bool shm_piece_ok(uint64_t off, uint64_t size, uint64_t align);
+bool shm_hello_ok(const struct shm_msg *m);
+bool shm_table_msg_ok(uint64_t off);	/* TABLE: off[0], the overflow table */
+struct shm_region_layout;
+bool shm_region_msg_ok(const struct shm_msg *m, const struct shm_region_layout *want);
 
 /* --- mappings of peers' files, shared by every connection to them --- */
 
@@ -528,7 +547,10 @@ void shm_pd_remove_qp(struct shm_pd *pd, struct shm_qp *qp);
 /* shm_wake.c: waking a CQ by its socket's name */
 /* A bound, non-blocking wake socket (parked) and its name; -1 + errno. */
 int shm_wake_socket(struct shm_wake_name *name);
-bool shm_wake_name_ok(const struct shm_wake_name *name);
+static inline bool shm_wake_name_ok(const struct shm_wake_name *name)
+{
+	return name->len >= 2 && name->len <= SHM_WAKE_NAME_MAX && name->bytes[0] == '\0';
+}
 /* Make the CQ named @name poll readable. */
 void shm_wake(const struct shm_wake_name *name);
 /* Take a wake-up queued at @fd: 1, 0 if none (EAGAIN), -1 + errno. */

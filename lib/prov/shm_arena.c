@@ -41,7 +41,6 @@
 
 #include "shm-internal.h"
 
-#define SHM_ARENA_SEG_SIZE	(256ul << 20)	/* sparse: address space only */
 #define SHM_ARENA_MIN_SHIFT	6		/* 64 bytes: one cache line */
 #define SHM_ARENA_MAX_SHIFT	24		/* 16 MiB */
 #define SHM_ARENA_CLASSES	(SHM_ARENA_MAX_SHIFT - SHM_ARENA_MIN_SHIFT + 1)
@@ -277,7 +276,7 @@ struct shm_mapping *shm_arena_map_peer(int fd, uint64_t off, uint64_t size, cons
 {
 	struct shm_mapping *m;
 
-	if (size == 0 || off > SHM_ARENA_SEG_SIZE || size > SHM_ARENA_SEG_SIZE - off) {
+	if (!shm_piece_ok(off, size, 1)) {
 		ferry_warn("peer named a piece [%llu, +%llu) outside any arena segment",
 			   (unsigned long long)off, (unsigned long long)size);
 		errno = EPROTO;

@@ -103,8 +103,6 @@ static void shm_close_fds(int *fds, int n)
 	}
 }
 
-#define SHM_MSG_BIT(type) (1u << (type))
-
 /*
  * A message came with fewer descriptors than it carried (MSG_CTRUNC with
  * room to spare: a control buffer too small would have been filled): the
@@ -154,19 +152,6 @@ static int shm_msg_take_fds(struct msghdr *mh, int *got, struct ucred *cred_p)
 	return ngot;
 }
 
-/* The descriptors each type carries. */
-static int shm_msg_nfds(uint32_t type)
-{
-	switch (type) {
-	case SHM_MSG_HELLO:
-		return SHM_HELLO_FDS;
-	case SHM_MSG_READY:
-		return 0;
-	default:
-		return 1;	/* REGION, BLOCK, TABLE */
-	}
-}
-
 /*
  * shm_msg_recv - receive one message of one of the @types (a mask of
  * SHM_MSG_BIT) with the descriptors of its type (into @fds, room for
@@ -205,10 +190,8 @@ static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
 		shm_close_fds(got, ngot);
 		return shm_msg_fds_lost(sock);
 	}
-	if (n != (ssize_t)sizeof(*msg) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-	    msg->magic != SHM_MAGIC || msg->version != SHM_VERSION ||
-	    msg->type >= 32 || !(types & SHM_MSG_BIT(msg->type)) ||
-	    ngot != shm_msg_nfds(msg->type)) {
+	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+	    !shm_msg_shape_ok(msg, (size_t)n, ngot, types)) {
 		ferry_warn("malformed message from peer (%zd bytes, type %u, %d fds)",
 			   n, n >= 12 ? msg->type : 0, ngot);
 		shm_close_fds(got, ngot);
@@ -385,17 +368,6 @@ void shm_region_release(struct shm_qp *qp, struct shm_conn *conn)
 
 /* --- the exchange --- */
 
-static bool shm_hello_ok(const struct shm_msg *m)
-{
-	return m->rq_size >= 1 && m->rq_size <= SHM_MAX_QP_WR &&
-	       (m->rq_size & (m->rq_size - 1)) == 0 &&
-	       m->rq_sge >= 1 && m->rq_sge <= SHM_MAX_SGE &&
-	       m->table_entries >= SHM_MR_TABLE_MIN && m->table_entries <= SHM_MR_TABLE_ENTRIES &&
-	       (m->table_entries & (m->table_entries - 1)) == 0 &&
-	       m->qp_num != 0 && m->qp_num <= 0xffffff && shm_wake_name_ok(&m->wake) &&
-	       shm_wake_name_ok(&m->kick);
-}
-
 /*
  * The peer's pid and uid (whose memory outside blocks shm_peer.c opens)
  * come from the credentials the kernel attaches to its HELLO: SO_PEERCRED
@@ -457,9 +429,10 @@ static int shm_hello_recv(struct shm_conn *conn)
 		return ERR(EPROTO);
 	}
 	if (!shm_hello_ok(&m)) {
-		ferry_warn("peer's HELLO has bad values (qp %u, rq %u x %u, MR table %u, "
-			   "wake name %u bytes)",
-			   m.qp_num, m.rq_size, m.rq_sge, m.table_entries, m.wake.len);
+		ferry_warn("peer's HELLO has bad values (qp %u, rq %u x %u, MR table %u "
+			   "at %llu, wake name %u bytes, notify word at %llu)",
+			   m.qp_num, m.rq_size, m.rq_sge, m.table_entries,
+			   (unsigned long long)m.off[0], m.wake.len, (unsigned long long)m.off[1]);
 		shm_close_fds(pfds, SHM_HELLO_FDS);
 		return ERR(EPROTO);
 	}
@@ -467,12 +440,6 @@ static int shm_hello_recv(struct shm_conn *conn)
 	conn->peer_rq_size = m.rq_size;
 	conn->peer_rq_sge = m.rq_sge;
 	conn->peer_rq_stride = shm_rq_stride(m.rq_sge);
-	if ((m.off[0] & (_Alignof(struct shm_mr_entry) - 1)) ||
-	    (m.off[1] & (_Alignof(struct shm_notify) - 1))) {
-		ferry_warn("peer's HELLO names misaligned pieces");
-		shm_close_fds(pfds, SHM_HELLO_FDS);
-		return ERR(EPROTO);
-	}
 	conn->peer_table_entries = m.table_entries;
 	conn->peer_table_map = shm_arena_map_peer(pfds[0], m.off[0],
 			(size_t)m.table_entries * sizeof(struct shm_mr_entry),
@@ -529,14 +496,9 @@ static int shm_region_map(struct shm_qp *qp, struct shm_conn *conn, const struct
 	const struct shm_region *pr;
 	const void *start;
 
-	if (m->value != want.size) {
-		ferry_warn("peer's region is %llu bytes, expected %zu",
-			   (unsigned long long)m->value, want.size);
-		close(fd);
-		return ERR(EPROTO);
-	}
-	if (m->off[0] & 63) {
-		ferry_warn("peer's region is misaligned");
+	if (!shm_region_msg_ok(m, &want)) {
+		ferry_warn("peer's region is %llu bytes at %llu, expected %zu, aligned",
+			   (unsigned long long)m->value, (unsigned long long)m->off[0], want.size);
 		close(fd);
 		return ERR(EPROTO);
 	}
@@ -985,8 +947,9 @@ static void shm_conn_take_table(struct shm_conn *conn, uint64_t off, int fd)
 {
 	if (conn->peer_xtable_map) {
 		ferry_warn("peer announced a second MR table: ignored");
-	} else if (off & (_Alignof(struct shm_mr_entry) - 1)) {
-		ferry_warn("peer's MR table announcement is misaligned");
+	} else if (!shm_table_msg_ok(off)) {
+		ferry_warn("peer's MR table announcement names a piece outside any segment, "
+			   "or misaligned");
 	} else {
 		conn->peer_xtable_map = shm_arena_map_peer(fd, off,
 				SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry),

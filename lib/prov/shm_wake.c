@@ -115,10 +115,6 @@ err:
 	return -1;
 }
 
-bool shm_wake_name_ok(const struct shm_wake_name *name)
-{
-	return name->len >= 2 && name->len <= SHM_WAKE_NAME_MAX && name->bytes[0] == '\0';
-}
 
 static ssize_t shm_wake_sendto(int fd, const struct sockaddr_un *un, socklen_t len)
 {

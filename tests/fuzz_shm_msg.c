@@ -1,0 +1,95 @@
+/*
+ * fuzz_shm_msg.c - libFuzzer target over the checks of the shm exchange's
+ * messages (lib/prov/shm_msg.c: HELLO, REGION, BLOCK, TABLE, READY), built
+ * and run by `make fuzz` beside the CM's parser target.
+ *
+ * Input: one byte of descriptor count and one of the types wanted, then
+ * the message as a peer would send it (any length).  Property: the checks
+ * never crash or read out of bounds (ASan, UBSan), and what they accept
+ * is safe to use as shm_conn.c uses it: every piece named lies inside one
+ * arena segment, aligned for what it holds; the queue depths and the
+ * table are in range; the region layout built from a HELLO's depths does
+ * not overflow and fits a segment.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shm-internal.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void fz_assert(bool ok)
+{
+	if (!ok)
+		abort();
+}
+
+static void fz_hello(const struct shm_msg *m)
+{
+	uint64_t table = (uint64_t)m->table_entries * sizeof(struct shm_mr_entry);
+	size_t stride = 8 + (size_t)m->rq_sge * sizeof(struct shm_rsge);
+	struct shm_region_layout l;
+
+	fz_assert(m->rq_size >= 1 && m->rq_size <= SHM_MAX_QP_WR);
+	fz_assert(m->table_entries >= SHM_MR_TABLE_MIN &&
+		  m->table_entries <= SHM_MR_TABLE_ENTRIES);
+	fz_assert(m->off[0] % _Alignof(struct shm_mr_entry) == 0 &&
+		  m->off[0] + table <= SHM_ARENA_SEG_SIZE);
+	fz_assert(m->off[1] % _Alignof(struct shm_notify) == 0 &&
+		  m->off[1] + sizeof(struct shm_notify) <= SHM_ARENA_SEG_SIZE);
+	fz_assert(m->wake.len <= SHM_WAKE_NAME_MAX && m->kick.len <= SHM_WAKE_NAME_MAX);
+	/* Our region for this peer (its depth as our DQ's), and the peer's
+	 * as we would expect it (our depth the most we allow). */
+	l = shm_region_layout(SHM_MAX_QP_WR, stride, m->rq_size);
+	fz_assert(l.head_off < l.size && l.size <= SHM_ARENA_SEG_SIZE);
+	l = shm_region_layout(m->rq_size, stride, SHM_MAX_QP_WR);
+	fz_assert(l.head_off < l.size && l.size <= SHM_ARENA_SEG_SIZE);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct shm_msg m;
+	struct shm_region_layout want;
+	uint32_t types;
+	size_t len;
+	int nfds;
+
+	if (size < 2)
+		return 0;
+	nfds = data[0] % 4;
+	types = (uint32_t)data[1] << 1;	/* bit 0 is no type */
+	len = size - 2;
+	memset(&m, 0, sizeof(m));
+	memcpy(&m, data + 2, len < sizeof(m) ? len : sizeof(m));
+	if (!shm_msg_shape_ok(&m, len, nfds, types))
+		return 0;
+	fz_assert(len == sizeof(m) && m.magic == SHM_MAGIC && m.version == SHM_VERSION);
+	fz_assert(nfds == shm_msg_nfds(m.type) && (types & SHM_MSG_BIT(m.type)));
+	switch (m.type) {
+	case SHM_MSG_HELLO:
+		if (shm_hello_ok(&m))
+			fz_hello(&m);
+		break;
+	case SHM_MSG_REGION:
+		/* As the exchange checks it: against the layout it expects. */
+		want = shm_region_layout(1u << (m.qp_num % 16), 8 + sizeof(struct shm_rsge),
+					 1u << (m.psn % 16));
+		if (shm_region_msg_ok(&m, &want))
+			fz_assert(m.off[0] % 64 == 0 && m.off[0] + want.size <= SHM_ARENA_SEG_SIZE);
+		break;
+	case SHM_MSG_TABLE:
+		if (shm_table_msg_ok(m.off[0]))
+			fz_assert(m.off[0] % _Alignof(struct shm_mr_entry) == 0 &&
+				  m.off[0] + SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry) <=
+				  SHM_ARENA_SEG_SIZE);
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
