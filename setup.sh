@@ -270,8 +270,9 @@ check_rxe() {
 	return "$rc"
 }
 
-# check_fuzz: `make fuzz`, a bounded libFuzzer run over the CM's handshake
-# parser (it skips, and says so, where clang cannot link a fuzzer).  libFuzzer
+# check_fuzz: `make fuzz`, bounded libFuzzer runs over the CM's handshake
+# parser and the shm exchange's message checks (it skips, and says so, where
+# clang cannot link a fuzzer).  libFuzzer
 # is chatty: its output goes to build/fuzz.log and only the end is shown.
 check_fuzz() {
 	local rc=0
