@@ -24,6 +24,7 @@
 #include "ferry-internal.h"
 
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
+FERRY_FORK_SAFE(blocks, blocks_lock)
 static struct ferry_block *blocks;	/* sorted by nothing; few entries */
 static size_t nblocks, blocks_cap;
 static uint64_t next_block_id = 1;

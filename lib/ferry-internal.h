@@ -12,6 +12,7 @@
 #define FERRY_INTERNAL_H
 
 #include <stdarg.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -340,6 +341,22 @@ int ferry_post_send_direct(struct ferry_qp *qp, struct ferry_send_wr *wr, unsign
 struct ferry_pd *ferry_alloc_pd_small(struct ferry_context *context, uint32_t max_remote);
 /* getpid() without a system call (kept right across fork). */
 pid_t ferry_pid(void);
+/*
+ * FERRY_FORK_SAFE(name, mutex) - hold @mutex, a process-wide leaf lock
+ * (never held while taking another), across fork(): the child of a
+ * program that forks while another thread of ferry's (the CM thread,
+ * the acceptor, the monitor) holds it would inherit it held, by no
+ * thread, and hang at its first use -- a forked server's child closing a
+ * connection did.  @name makes the handlers' names unique.
+ */
+#define FERRY_FORK_SAFE(name, mutex)						\
+	static void name##_fork_prepare(void) { pthread_mutex_lock(&(mutex)); }	\
+	static void name##_fork_after(void) { pthread_mutex_unlock(&(mutex)); }	\
+	__attribute__((constructor)) static void name##_fork_register(void)	\
+	{									\
+		pthread_atfork(name##_fork_prepare, name##_fork_after,		\
+			       name##_fork_after);				\
+	}
 /*
  * ferry_own_thread - true in ferry's own threads (the CM's, the shm
  * monitor, keepalives).  The preload shim passes their system calls to

@@ -43,6 +43,7 @@ static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_mapping *maps;
 static uint64_t maps_clock;	/* orders the kept mappings' last uses */
 static int maps_idle_kept;	/* kept mappings nobody uses now */
+FERRY_FORK_SAFE(maps, maps_lock)
 
 struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot)
 {

@@ -74,6 +74,7 @@ static struct {
 	struct shm_free *free[SHM_PIECE_KINDS][SHM_ARENA_CLASSES];
 	struct shm_free *spare;		/* unused list nodes */
 } arena = { .lock = PTHREAD_MUTEX_INITIALIZER };
+FERRY_FORK_SAFE(arena, arena.lock)
 
 static unsigned int shm_arena_class(size_t size)
 {

@@ -263,6 +263,7 @@ struct shm_retired {
 static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_retired *retired;
 static pid_t retired_pid;
+FERRY_FORK_SAFE(retired, retired_lock)
 
 #define SHM_PID_CHECK_NS	1000000000ull	/* is a silent peer dead? once a second */
 

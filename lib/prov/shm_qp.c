@@ -19,6 +19,7 @@
 #include "shm-internal.h"
 
 static pthread_mutex_t qpn_lock = PTHREAD_MUTEX_INITIALIZER;
+FERRY_FORK_SAFE(qpn, qpn_lock)
 static uint32_t next_qpn = 0x11;
 
 static uint32_t pow2_at_least(uint32_t n)
