@@ -725,14 +725,17 @@ void sock_conn_spare_prepare(struct ferry_sock *l)
 
 /*
  * Is this process short of descriptors?  A connection over ferry costs the
- * program one, as over TCP, and for a moment a few more while its memory
- * is passed; a server near its limit that took every client over ferry
- * would fail its own open()s and accept()s where TCP leaves it room.  So
- * a listener with TCP beside it sends the client there while fewer than
- * SOCK_FD_HEADROOM (plus a sixteenth of the limit) are free.  The lowest
- * free number bounds the count from below (every one under it is in use)
- * and costs one call; only when it is past half the limit are they
- * counted.
+ * program one, as over TCP -- but from the moment ferry takes it, not from
+ * the program's accept(): the kernel keeps a TCP backlog in no descriptor
+ * of the program's, ferry's ready connections each hold one.  A server
+ * near its limit that took every client over ferry would fail its own
+ * open()s and accept()s where TCP leaves it room.  So a listener with TCP
+ * beside it sends the client there unless SOCK_FD_HEADROOM, an eighth of
+ * the limit and one for each connection it holds that the program has not
+ * taken yet (which the program's handling of it will want) are free.  The
+ * lowest free number bounds the count from below (every one under it is
+ * in use) and costs one call; only when it is past half the limit are
+ * they counted.
  */
 #define SOCK_FD_HEADROOM	8
 
@@ -751,8 +754,9 @@ static long sock_fds_used(void)
 	return n - 1;	/* the directory's own */
 }
 
-/* @any_fd: a descriptor of ours, open (to look for the lowest free one). */
-static bool sock_fds_short(int any_fd)
+/* @any_fd: a descriptor of ours, open (to look for the lowest free one);
+ * @held: connections taken and not accepted yet. */
+static bool sock_fds_short(int any_fd, long held)
 {
 	struct rlimit rl;
 	long lowest, used, want;
@@ -761,7 +765,7 @@ static bool sock_fds_short(int any_fd)
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
 	    rl.rlim_cur > (rlim_t)1 << 30)
 		return false;
-	want = SOCK_FD_HEADROOM + (long)rl.rlim_cur / 16;
+	want = SOCK_FD_HEADROOM + (long)rl.rlim_cur / 8 + held;
 	fd = fcntl(any_fd, F_DUPFD_CLOEXEC, 0);
 	if (fd < 0)
 		return errno == EMFILE || errno == ENFILE;
@@ -775,6 +779,17 @@ static bool sock_fds_short(int any_fd)
 	return used >= 0 && (long)rl.rlim_cur - used < want;
 }
 
+/* Connections @l holds that the program has not accepted: ready, pending. */
+static long sock_conn_held(const struct ferry_sock *l)
+{
+	const struct ferry_sock *s;
+	long n = l->nready;
+
+	for (s = l->pending; s; s = s->next)
+		n++;
+	return n;
+}
+
 /* A connection request: a new socket with its resources, accepted at once. */
 static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
 {
@@ -782,7 +797,7 @@ static void sock_conn_request(struct ferry_sock *l, struct ferry_cm_event *ev)
 	struct ferry_conn_param param;
 	struct ferry_sock *s;
 
-	if (l->tcp_beside && sock_fds_short(l->fd)) {
+	if (l->tcp_beside && sock_fds_short(l->fd, sock_conn_held(l))) {
 		ferry_info("sock %d: few descriptors left: a client goes over TCP", l->fd);
 		ferry_reject(ev->id, NULL, 0);
 		l->reap_id = ev->id;	/* after the event's ack (sock_conn_process) */
