@@ -175,10 +175,31 @@ static pid_t hm_spawn_victim(pid_t want, int ready, int go)
 	return -1;
 }
 
+/*
+ * Fork @child (tu_fork) and connect our end @e to it, all access rights;
+ * its pid, and its control socket in *ctl_p.
+ */
+static pid_t hm_connect(int (*child)(int, int, void *), void *arg, struct tu_end *e,
+			int *ctl_p)
+{
+	struct tu_remote mine, peer;
+	pid_t pid;
+	int sock;
+
+	pid = tu_fork(child, arg, &sock, ctl_p);
+	tu_end_open(e, &(struct tu_opts){ 0 });
+	mine = (struct tu_remote){ (uintptr_t)e->buf, e->len, e->mr->rkey, e->qp->qp_num,
+				   0, 0, 0, 0 };
+	ck_assert_int_eq(tu_msg_send(sock, &mine, sizeof(mine)), 0);
+	ck_assert_int_eq(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS), 0);
+	ck_assert_int_eq(ferry_qp_connect_sock(e->qp, sock, TU_QP_ACCESS_ALL), 0);
+	close(sock);
+	return pid;
+}
+
 START_TEST(test_pid_reuse)
 {
-	int sock, ctl, status, rp[2], gp[2];
-	struct tu_remote mine, peer;
+	int ctl, status, rp[2], gp[2];
 	struct ferry_wc wc;
 	struct tu_end e;
 	uint32_t holder;
@@ -189,14 +210,7 @@ START_TEST(test_pid_reuse)
 		HM_SKIP("test_pid_reuse", "cross-memory access is the shm transport's");
 	if (geteuid() != 0 || access("/proc/sys/kernel/ns_last_pid", W_OK) != 0)
 		HM_SKIP("test_pid_reuse", "needs root to pick the pid of a new process");
-	cpid = tu_fork(hm_peer_child, NULL, &sock, &ctl);
-	tu_end_open(&e, &(struct tu_opts){ 0 });
-	mine = (struct tu_remote){ (uintptr_t)e.buf, e.len, e.mr->rkey, e.qp->qp_num,
-				   0, 0, 0, 0 };
-	ck_assert_int_eq(tu_msg_send(sock, &mine, sizeof(mine)), 0);
-	ck_assert_int_eq(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS), 0);
-	ck_assert_int_eq(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL), 0);
-	close(sock);
+	cpid = hm_connect(hm_peer_child, NULL, &e, &ctl);
 	ck_assert_int_eq(tu_recv_u32(ctl, &holder, TU_WAIT_MS), 0);
 	ck_assert_int_eq(waitpid(cpid, &status, 0), cpid);
 	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -281,22 +295,15 @@ static int hm_plain_child(int sock, int ctl, void *arg)
 static bool hm_plain_run(uid_t uid)
 {
 	struct hm_plain_arg arg = { uid };
-	struct tu_remote mine, peer, plain;
+	struct tu_remote plain;
 	struct ferry_wc wc[3];
 	struct tu_end e;
 	uint32_t arrived;
 	bool ok;
 	pid_t pid;
-	int sock, ctl;
+	int ctl;
 
-	pid = tu_fork(hm_plain_child, &arg, &sock, &ctl);
-	tu_end_open(&e, &(struct tu_opts){ 0 });
-	mine = (struct tu_remote){ (uintptr_t)e.buf, e.len, e.mr->rkey, e.qp->qp_num,
-				   0, 0, 0, 0 };
-	ck_assert_int_eq(tu_msg_send(sock, &mine, sizeof(mine)), 0);
-	ck_assert_int_eq(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS), 0);
-	ck_assert_int_eq(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL), 0);
-	close(sock);
+	pid = hm_connect(hm_plain_child, &arg, &e, &ctl);
 	ck_assert_int_eq(tu_msg_recv(ctl, &plain, sizeof(plain), TU_WAIT_MS), 0);
 	memset(e.buf, HM_PAYLOAD, 64);
 	tu_fill(e.buf + 1024, 512, 9);
