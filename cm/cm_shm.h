@@ -29,7 +29,7 @@
  */
 #define SHM_CM_HANDSHAKE_MS	2000
 /* How long an accepted socket may take to send its CONNECT_REQ. */
-#define SHM_CM_REQUEST_TIMEOUT_MS	10000
+#define SHM_CM_REQUEST_TIMEOUT_MS	2000
 /* A full listen backlog: try again after this long. */
 #define SHM_CM_RETRY_MS		2
 /* A listener out of descriptors or memory waits this long, doubling up to
