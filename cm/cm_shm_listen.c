@@ -148,6 +148,8 @@ static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg);
  * where nothing listens would refuse them (unaccepted, they would wait
  * for a full backlog to time out).  A reset leaves no TIME_WAIT.
  */
+static void shm_cm_accept_failed(struct shm_cm_id *st);
+
 static void shm_cm_on_tcp(evutil_socket_t fd, short what, void *arg)
 {
 	struct linger now = { .l_onoff = 1, .l_linger = 0 };
@@ -155,8 +157,10 @@ static void shm_cm_on_tcp(evutil_socket_t fd, short what, void *arg)
 
 	for (i = 0; i < SHM_CM_ACCEPT_BATCH; i++) {
 		sock = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-		if (sock < 0)
+		if (sock < 0) {
+			shm_cm_accept_failed(arg);
 			return;
+		}
 		setsockopt(sock, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
 		close(sock);
 	}
@@ -241,13 +245,16 @@ static void shm_cm_on_backoff_end(evutil_socket_t fd, short what, void *arg)
 {
 	struct shm_cm_id *st = arg;
 
-	if (event_add(st->accept_ev, NULL) < 0)
-		ferry_warn("cm: a listener cannot watch its socket again");
+	if (event_add(st->accept_ev, NULL) < 0 ||
+	    (st->reset_ev && event_add(st->reset_ev, NULL) < 0))
+		ferry_warn("cm: a listener cannot watch its sockets again");
 }
 
 /*
  * accept() failed with @err, a want that persists (descriptors, memory):
- * the socket stays readable, so looking again at once would spin.
+ * the socket stays readable, so looking again at once would spin.  Both
+ * of the listener's sockets pause (the rendezvous and, when it holds
+ * one, its TCP port's): the want is the process's, not one socket's.
  */
 static void shm_cm_accept_backoff(struct shm_cm_id *st, int err)
 {
@@ -266,13 +273,20 @@ static void shm_cm_accept_backoff(struct shm_cm_id *st, int err)
 	}
 	tv = shm_cm_tv(st->backoff_ms);
 	if (!st->backoff_ev || event_del(st->accept_ev) < 0 ||
+	    (st->reset_ev && event_del(st->reset_ev) < 0) ||
 	    evtimer_add(st->backoff_ev, &tv) < 0)
 		ferry_warn("cm: a listener cannot pause: %s", strerror(err));
 }
 
-static bool shm_cm_accept_want(int err)
+/* accept() on one of @st's sockets failed (errno): pause, or say why. */
+static void shm_cm_accept_failed(struct shm_cm_id *st)
 {
-	return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+	int err = errno;
+
+	if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
+		shm_cm_accept_backoff(st, err);
+	else if (err != EAGAIN && err != EINTR && err != ECONNABORTED)
+		ferry_warn("cm: accepting a connection: %s", strerror(err));
 }
 
 static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg)
@@ -283,10 +297,7 @@ static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg)
 	for (i = 0; i < SHM_CM_ACCEPT_BATCH; i++) {
 		sock = ferry_fd_park(accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
 		if (sock < 0) {
-			if (shm_cm_accept_want(errno))
-				shm_cm_accept_backoff(st, errno);
-			else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				ferry_warn("cm: accepting a connection: %m");
+			shm_cm_accept_failed(st);
 			return;
 		}
 		if (st->backoff_ms) {

@@ -550,8 +550,10 @@ END_TEST
  * spin: the rendezvous socket stays readable, and a persistent event on it
  * fired again at once (7,012 warnings in one run of fdlimit.sh).  The CPU
  * the process burns while a connection waits in the backlog and nothing
- * can be accepted tells: a spin takes a whole core.  Once descriptors are
- * free again, the waiting client's request is taken.
+ * can be accepted tells: a spin takes a whole core.  A TCP client at the
+ * listener's port (the TCP socket that holds it, whose clients the CM
+ * resets) waits meanwhile too, and must not make it spin either.  Once
+ * descriptors are free again, the waiting client's request is taken.
  */
 START_TEST(test_listener_out_of_fds_pauses)
 {
@@ -564,8 +566,9 @@ START_TEST(test_listener_out_of_fds_pauses)
 	struct sockaddr_un un;
 	socklen_t len;
 	uint16_t port;
+	struct sockaddr_storage dst;
 	uint64_t cpu_ms;
-	int n, raw;
+	int n, raw, tcp;
 
 	if (tu_under_valgrind()) {
 		printf("SKIP test_listener_out_of_fds_pauses: valgrind keeps descriptors "
@@ -577,8 +580,12 @@ START_TEST(test_listener_out_of_fds_pauses)
 	len = hcm_name(&un, port);
 	raw = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(raw, 0);
+	tcp = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(tcp, 0);
+	cmt_addr(&dst, AF_INET, port);
 	n = hcm_fds_exhaust(fds, (int)(sizeof(fds) / sizeof(fds[0])), &old);
 	ck_assert_int_eq(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0), 0);
+	ck_assert_int_eq(connect(tcp, (struct sockaddr *)&dst, sizeof(struct sockaddr_in)), 0);
 	ck_assert_int_eq(connect(raw, (struct sockaddr *)&un, len), 0);
 	hcm_send_msg(raw, CM_MSG_CONNECT_REQ, port);
 	tu_sleep_ms(400);
@@ -595,6 +602,7 @@ START_TEST(test_listener_out_of_fds_pauses)
 	ferry_ack_cm_event(ev);
 	ferry_destroy_id(req);
 	close(raw);
+	close(tcp);
 	cmt_close(&l);
 }
 END_TEST
