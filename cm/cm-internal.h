@@ -117,6 +117,13 @@ struct cm_transport {
 	/* Can this transport reach @dst?  Quick and synchronous; any thread. */
 	bool (*reaches)(const struct sockaddr *dst);
 	/*
+	 * Would a connect to @dst find a listener (ferry_cm_probe)?  UNREACHED
+	 * only where reaches() is false; MAYBE when only a connect can tell.
+	 * Cheaper than a connect by far: no descriptor, no CM thread, and
+	 * for a destination it does not reach no system call.  Any thread.
+	 */
+	enum ferry_cm_probe (*probe)(const struct sockaddr *dst);
+	/*
 	 * Reserve id's source address (route.addr.src_addr) for listening.
 	 * Port 0: pick one and store it there.  Fail with EADDRINUSE when
 	 * taken, EACCES when the caller may not have it (shm holds the TCP

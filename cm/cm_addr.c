@@ -102,6 +102,29 @@ const struct cm_transport *cm_transport_for(const struct sockaddr *dst)
 	return NULL;
 }
 
+enum ferry_cm_probe ferry_cm_probe(const struct sockaddr *dst)
+{
+	const struct cm_transport *tp;
+	enum ferry_cm_probe r;
+	size_t i;
+
+	if (!dst || !cm_addr_len(dst))
+		return FERRY_CM_PROBE_REMOTE;
+	if (cm_transport_forced(&tp) < 0)
+		return FERRY_CM_PROBE_REMOTE;	/* no transport a connect could use */
+	if (tp) {
+		r = tp->probe(dst);
+		return r == FERRY_CM_PROBE_UNREACHED ? FERRY_CM_PROBE_REMOTE : r;
+	}
+	/* The transport cm_transport_for would pick answers. */
+	for (i = 0; i < cm_transports_count; i++) {
+		r = cm_transports[i]->probe(dst);
+		if (r != FERRY_CM_PROBE_UNREACHED)
+			return r;
+	}
+	return FERRY_CM_PROBE_REMOTE;
+}
+
 struct ferry_context *cm_transport_context(const struct cm_transport *tp)
 {
 	size_t i = cm_transport_index(tp);
@@ -164,20 +187,75 @@ static bool cm_addr_same_host(const struct sockaddr *a, const struct sockaddr *b
 		      sizeof(struct in6_addr)) == 0;
 }
 
-bool cm_addr_is_local(const struct sockaddr *sa)
+/*
+ * This host's addresses as getifaddrs last told, kept CM_LOCAL_TTL_MS:
+ * asking dumps every interface over netlink (five system calls and tens
+ * of microseconds), which every connect to a non-loopback address paid --
+ * to a remote one too, only to learn that ferry has no way there.  An
+ * address added or removed is seen within that time (until then a
+ * connect to it goes to TCP, or tries ferry and finds no listener).
+ */
+#define CM_LOCAL_TTL_MS	1000
+#define CM_LOCAL_MAX	64	/* more addresses than that: asked every time */
+
+static struct {
+	pthread_mutex_t lock;
+	uint64_t until_ms;	/* the list is good until then; 0: never read */
+	size_t n;
+	bool overflow;		/* the host has more than fit */
+	struct sockaddr_in6 addrs[CM_LOCAL_MAX];	/* or sockaddr_in, by family */
+} cm_local = { .lock = PTHREAD_MUTEX_INITIALIZER };
+FERRY_FORK_SAFE(cm_local, cm_local.lock)
+
+/* A monotonic clock in ms, from the vDSO (no system call). */
+static uint64_t cm_coarse_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Read the host's addresses into cm_local (lock held); false if unable. */
+static bool cm_local_refresh(uint64_t now)
 {
 	struct ifaddrs *ifs, *ifa;
-	bool found = false;
 
-	if (cm_addr_is_loopback(sa) || cm_addr_is_wildcard(sa))
-		return true;
 	if (getifaddrs(&ifs) < 0) {
 		ferry_warn("cm: getifaddrs: %m");
 		return false;
 	}
-	for (ifa = ifs; ifa && !found; ifa = ifa->ifa_next)
-		found = ifa->ifa_addr && cm_addr_same_host(ifa->ifa_addr, sa);
+	cm_local.n = 0;
+	cm_local.overflow = false;
+	for (ifa = ifs; ifa; ifa = ifa->ifa_next) {
+		socklen_t len = ifa->ifa_addr ? cm_addr_len(ifa->ifa_addr) : 0;
+
+		if (!len)
+			continue;
+		if (cm_local.n == CM_LOCAL_MAX) {
+			cm_local.overflow = true;
+			break;
+		}
+		memcpy(&cm_local.addrs[cm_local.n++], ifa->ifa_addr, len);
+	}
 	freeifaddrs(ifs);
+	cm_local.until_ms = cm_local.overflow ? 0 : now + CM_LOCAL_TTL_MS;
+	return true;
+}
+
+bool cm_addr_is_local(const struct sockaddr *sa)
+{
+	uint64_t now = cm_coarse_ms();
+	bool found = false;
+	size_t i;
+
+	if (cm_addr_is_loopback(sa) || cm_addr_is_wildcard(sa))
+		return true;
+	pthread_mutex_lock(&cm_local.lock);
+	if (now < cm_local.until_ms || cm_local_refresh(now))
+		for (i = 0; i < cm_local.n && !found; i++)
+			found = cm_addr_same_host((struct sockaddr *)&cm_local.addrs[i], sa);
+	pthread_mutex_unlock(&cm_local.lock);
 	return found;
 }
 

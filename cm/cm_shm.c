@@ -474,6 +474,7 @@ const struct cm_transport cm_shm_transport = {
 	.name = "shm",
 	.calls_inline = true,
 	.reaches = shm_cm_reaches,
+	.probe = shm_cm_probe,
 	.bind = shm_cm_bind,
 	.listen = shm_cm_listen,
 	.resolve_addr = shm_cm_resolve_addr,

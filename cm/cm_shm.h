@@ -156,6 +156,15 @@ int shm_cm_owner_of_fd(int fd, struct shm_cm_owner *owner_p);
  */
 int shm_cm_owner_of(const struct sockaddr *dst, struct shm_cm_owner *owner_p);
 
+/* cm_shm_probe.c */
+/* cm_transport.probe: sock_diag, then what connects learnt (below). */
+enum ferry_cm_probe shm_cm_probe(const struct sockaddr *dst);
+/* A connect to @dst dialled the rendezvous of @o: none there (@why
+ * NO_FERRY), or not the port owner's (NOT_OWNER).  Probes believe it for a
+ * while. */
+void shm_cm_probe_learn(const struct sockaddr *dst, const struct shm_cm_owner *o,
+			enum ferry_cm_probe why);
+
 /* cm_shm_listen.c */
 int shm_cm_bind(struct cm_id_priv *id);
 int shm_cm_listen(struct cm_id_priv *id, int backlog);

@@ -238,7 +238,8 @@ static bool shm_cm_peer_owns(int sock, const struct shm_cm_owner *o)
 	return false;
 }
 
-/* Connect to the rendezvous of @o: its socket, or -1 with errno. */
+/* Connect to the rendezvous of @o: its socket, or -1 with errno (EPERM:
+ * held by someone else than the port's owner). */
 static int shm_cm_dial(const struct shm_cm_owner *o)
 {
 	struct sockaddr_un un;
@@ -256,7 +257,7 @@ static int shm_cm_dial(const struct shm_cm_owner *o)
 	}
 	if (!shm_cm_peer_owns(sock, o)) {
 		close(sock);
-		return ERR(ECONNREFUSED);
+		return ERR(EPERM);
 	}
 	return sock;
 }
@@ -290,11 +291,16 @@ static int shm_cm_try_connect(struct shm_cm_id *st)
 		return shm_cm_send_request(st, sock);
 	if (errno == EAGAIN)
 		return shm_cm_retry_later(st);
-	if (errno == ECONNREFUSED || errno == ENOENT)
+	/* What is learnt here spares later connects the dial (cm_shm_probe.c). */
+	if (errno == ECONNREFUSED || errno == ENOENT) {
 		ferry_info("cm: no ferry listener on %s port %u (shm)",
 			   cm_addr_ntop(dst, buf, sizeof(buf)), cm_addr_port(dst));
-	else
+		shm_cm_probe_learn(dst, &owner, FERRY_CM_PROBE_NO_FERRY);
+	} else if (errno == EPERM) {
+		shm_cm_probe_learn(dst, &owner, FERRY_CM_PROBE_NOT_OWNER);
+	} else {
 		ferry_info("cm: connecting to a rendezvous socket: %m");
+	}
 refused:
 	shm_cm_connect_end(st, FERRY_CM_EVENT_REJECTED, ECONNREFUSED, NULL);
 	return 0;

@@ -38,8 +38,11 @@
 #include "config.h"
 #endif
 
+#include <dirent.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/event.h>
 
@@ -263,6 +266,44 @@ static bool vcm_reaches(const struct sockaddr *dst)
 	ok = rdma_resolve_addr(rid, NULL, (struct sockaddr *)dst, VCM_REACH_TIMEOUT_MS) == 0;
 	rdma_destroy_id(rid);
 	return ok;
+}
+
+/*
+ * Has this host an RDMA device?  rdma_cm finds none without reading sysfs
+ * and failing, which a probe of every connect to a remote destination
+ * would pay; the answer is kept VCM_DEVICES_TTL_MS (a device added is
+ * used within that time).
+ */
+#define VCM_DEVICES_TTL_MS	1000
+
+static bool vcm_devices_present(void)
+{
+	static _Atomic uint64_t until_ms;
+	static atomic_bool present;
+	struct timespec ts;
+	uint64_t now;
+	struct dirent *de;
+	DIR *d;
+	bool any = false;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);	/* vDSO: no system call */
+	now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	if (now < atomic_load(&until_ms))
+		return atomic_load(&present);
+	d = opendir("/sys/class/infiniband");
+	while (d && !any && (de = readdir(d)))
+		any = de->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	atomic_store(&present, any);
+	atomic_store(&until_ms, now + VCM_DEVICES_TTL_MS);
+	return any;
+}
+
+/* Without a device nothing is reached; with one, only rdma_cm can tell. */
+static enum ferry_cm_probe vcm_probe(const struct sockaddr *dst)
+{
+	return vcm_devices_present() ? FERRY_CM_PROBE_MAYBE : FERRY_CM_PROBE_UNREACHED;
 }
 
 static int vcm_bind(struct cm_id_priv *id)
@@ -568,6 +609,7 @@ const struct cm_transport cm_verbs_transport = {
 	.name = "verbs",
 	.calls_inline = false,	/* librdmacm's events reach ids any time */
 	.reaches = vcm_reaches,
+	.probe = vcm_probe,
 	.bind = vcm_bind,
 	.listen = vcm_listen,
 	.resolve_addr = vcm_resolve_addr,

@@ -396,6 +396,30 @@ int ferry_cm_hold_port(struct ferry_cm_id *id, int fd);
  * fresh id, before connect.  Honoured by the shm transport.
  */
 void ferry_cm_connect_timeout(struct ferry_cm_id *id, unsigned int ms);
+
+struct sockaddr;
+/* What ferry_cm_probe can tell of a destination without connecting. */
+enum ferry_cm_probe {
+	FERRY_CM_PROBE_MAYBE,		/* a ferry listener may answer: connect to learn */
+	FERRY_CM_PROBE_REMOTE,		/* no transport reaches it (not this host, no device) */
+	FERRY_CM_PROBE_NO_LISTENER,	/* nothing listens on its port */
+	FERRY_CM_PROBE_NO_FERRY,	/* a TCP listener no ferry listener speaks for */
+	FERRY_CM_PROBE_NOT_OWNER,	/* its ferry rendezvous is not the port owner's */
+	FERRY_CM_PROBE_UNKNOWN,		/* the kernel would not say who listens */
+	/* Internal to the transports: this one does not reach it, ask the next. */
+	FERRY_CM_PROBE_UNREACHED,
+};
+/*
+ * ferry_cm_probe - would a connect to @dst find a ferry listener?  For the
+ * preload shim, which connects over TCP when not, and wants to know that
+ * for what TCP alone costs: in the caller's thread, no CM thread, no
+ * descriptor of its own, at most one round trip to the kernel (shm asks
+ * sock_diag who listens, and remembers for a while which TCP listeners
+ * a connect found no ferry listener behind, cm/cm_shm_probe.c); a
+ * destination no transport reaches costs no system call at all.  Only
+ * MAYBE leads to a connect that may succeed.  Any thread.
+ */
+enum ferry_cm_probe ferry_cm_probe(const struct sockaddr *dst);
 /*
  * ferry_cm_let_go - a quiet @id, established, keeps nothing of its
  * connection the provider holds as well (shm: its socket, so that the

@@ -6,13 +6,19 @@
  * The choice (see ferry(7), "The preload shim"):
  *
  *   socket()   always the kernel's socket; a TCP one is remembered (FP_TCP).
- *   connect()  first a ferry connection to the same address: shm finds the
+ *   connect()  first a look, in the program's thread, at whether ferry
+ *              could serve the destination at all (sock_connect_probe: not
+ *              this host and no RDMA device, nothing listening, a TCP
+ *              listener known to have no ferry listener behind it); if it
+ *              could, a ferry connection to the same address: shm finds the
  *              destination's ferry listener through the CM's rendezvous
- *              name (no listener: refused at once, no packet sent), and an
- *              RDMA device through rdma_cm, which the peer must accept.  If
- *              that is refused or fails in any way, the kernel TCP connect
- *              the program asked for, on its untouched socket.  On success
- *              the ferry socket takes over the program's fd number.
+ *              name, and an RDMA device through rdma_cm, which the peer
+ *              must accept.  If the look says no, or the ferry connect is
+ *              refused or fails in any way, the kernel TCP connect the
+ *              program asked for, on its untouched socket, as without the
+ *              shim (a non-blocking one stays so).  On success the ferry
+ *              socket takes over the program's fd number.  Either way the
+ *              route is counted for ferry-stat -s.
  *   listen()   the kernel listen, then a ferry listener on the same address
  *              and port; accept() serves both queues in turn.
  */
@@ -170,10 +176,52 @@ fail:
 	return -1;
 }
 
+/*
+ * Count where a connect to @addr went (ferry-stat -s shows it) and
+ * say so when the log wants it; @err: the failed ferry connect's, or 0.
+ */
+static void fp_connect_route(const struct sockaddr *addr, enum sock_stat_route r, int err)
+{
+	char name[80];
+
+	FP_ENTER();	/* the segment may be made now, with libc's calls */
+	sock_stat_route(r);
+	FP_LEAVE();
+	if (r == SOCK_STAT_RT_FERRY) {
+		ferry_debug("connect to %s: ferry", fp_addr_str(addr, name, sizeof(name)));
+		return;
+	}
+	/* The address is formatted only for a log that shows it. */
+	if (ferry_log_level() < FERRY_LOG_INFO)
+		return;
+	fp_info("connect to %s: not ferry (%s%s%s): TCP", fp_addr_str(addr, name, sizeof(name)),
+		sock_stat_route_name(r), err ? ": " : "", err ? strerror(err) : "");
+}
+
+/* May the connect of FP_TCP entry @e to @addr go over ferry?  If not, why. */
+static enum sock_stat_route fp_connect_choose(struct fp_fd *e, const struct sockaddr *addr,
+					      socklen_t len)
+{
+	enum sock_stat_route r;
+
+	if (!fp_allow(addr, len))
+		return SOCK_STAT_RT_EXCLUDED;
+	/* Before anything is made: a destination ferry does not serve costs
+	 * one look at most (none when it is not this host), in this thread. */
+	FP_ENTER();
+	r = sock_connect_probe(addr);
+	FP_LEAVE();
+	if (r != SOCK_STAT_RT_FERRY)
+		return r;
+	e->refs = fp_ref_new();
+	return e->refs ? SOCK_STAT_RT_FERRY : SOCK_STAT_RT_NO_FDS;
+}
+
 FP_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	struct fp_fd *e = fp_get(fd);
-	char name[80];
+	enum sock_stat_route r;
+	int err;
 
 	fp_real_init();
 	if (e && e->kind == FP_FERRY && !fp_inside()) {
@@ -187,32 +235,33 @@ FP_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 	}
 	if (!e || e->kind != FP_TCP || fp_inside() || !addr ||
 	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
-	    addr->sa_family != e->domain)
+	    addr->sa_family != e->domain ||
+	    len < (addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) :
+		   sizeof(struct sockaddr_in6)))
 		return fp_real.connect(fd, addr, len);
-	if (!fp_allow(addr, len)) {
-		fp_info("connect to %s: excluded by the configuration: TCP",
-			fp_addr_str(addr, name, sizeof(name)));
-		goto tcp;
-	}
-	e->refs = fp_ref_new();
-	if (!e->refs) {
-		fp_info("connect to %s: no shared reference count left: TCP",
-			fp_addr_str(addr, name, sizeof(name)));
+	r = fp_connect_choose(e, addr, len);
+	if (r != SOCK_STAT_RT_FERRY) {
+		fp_connect_route(addr, r, 0);
 		goto tcp;
 	}
 	if (fp_connect_ferry(fd, e, addr, len) == 0) {
 		e->sfd = fd;
 		e->kind = FP_FERRY;
-		ferry_debug("connect to %s: ferry", fp_addr_str(addr, name, sizeof(name)));
+		fp_connect_route(addr, SOCK_STAT_RT_FERRY, 0);
 		if (e->nonblock)
 			return ERR(EINPROGRESS);	/* as TCP: writable at once */
 		return 0;
 	}
-	fp_info("connect to %s: not ferry (%m): TCP", fp_addr_str(addr, name, sizeof(name)));
+	err = errno;
+	FP_ENTER();
+	r = sock_connect_why(addr, err);
+	FP_LEAVE();
+	fp_connect_route(addr, r, err);
 	fp_ref_put(e->refs);
 	e->refs = NULL;
 tcp:
-	/* From here the kernel's socket: the shim forgets it. */
+	/* From here the kernel's socket, untouched: the shim forgets it, and
+	 * the program's own connect runs as it would without the shim. */
 	fp_free(fp_set(fd, NULL));
 	return fp_real.connect(fd, addr, len);
 }

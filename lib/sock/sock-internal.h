@@ -376,6 +376,16 @@ int sock_listen_held(int fd, int backlog, int tcp_fd);
  */
 int sock_connect_bound(int fd, unsigned int ms);
 /*
+ * sock_connect_probe - could a connect to @addr go over ferry?  Asked
+ * before any socket is made, in the caller's thread (ferry_cm_probe):
+ * SOCK_STAT_RT_FERRY when a connect may find a ferry listener, else why
+ * not.  For the shim, whose connects that go to TCP then cost about what
+ * TCP costs.
+ */
+enum sock_stat_route sock_connect_probe(const struct sockaddr *addr);
+/* Why a ferry connect to @addr that failed with @err goes to TCP. */
+enum sock_stat_route sock_connect_why(const struct sockaddr *addr, int err);
+/*
  * sock_forget - let go of socket @fd in this process without a word to the
  * peer, for the preload shim when another process (after fork) still holds
  * the connection: every descriptor and mapping of this process goes, while
@@ -500,6 +510,9 @@ void sock_stat_update(struct ferry_sock *s);
 void sock_stat_set_fd(struct ferry_sock *s);
 /* The segment's descriptor in this process, -1 before the first socket. */
 int sock_stat_fd(void);
+/* Count a connect of the program's under the shim, by where it went (the
+ * segment is made if this process has none yet). */
+void sock_stat_route(enum sock_stat_route r);
 
 /* Publish new end bits of the connection (closed); cheap when none. */
 static inline void sock_stat_flags(struct ferry_sock *s)

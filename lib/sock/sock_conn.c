@@ -543,6 +543,50 @@ err:
 	}
 }
 
+enum sock_stat_route sock_connect_probe(const struct sockaddr *addr)
+{
+	switch (ferry_cm_probe(addr)) {
+	case FERRY_CM_PROBE_MAYBE:
+		return SOCK_STAT_RT_FERRY;
+	case FERRY_CM_PROBE_NO_LISTENER:
+		return SOCK_STAT_RT_NO_LISTENER;
+	case FERRY_CM_PROBE_NO_FERRY:
+		return SOCK_STAT_RT_NO_FERRY;
+	case FERRY_CM_PROBE_NOT_OWNER:
+		return SOCK_STAT_RT_NOT_OWNER;
+	case FERRY_CM_PROBE_UNKNOWN:
+		return SOCK_STAT_RT_ERROR;
+	case FERRY_CM_PROBE_REMOTE:
+	case FERRY_CM_PROBE_UNREACHED:
+		break;
+	}
+	return SOCK_STAT_RT_REMOTE;
+}
+
+enum sock_stat_route sock_connect_why(const struct sockaddr *addr, int err)
+{
+	enum sock_stat_route r;
+
+	switch (err) {
+	case EMFILE:
+	case ENFILE:
+	case ENOMEM:
+	case ENOBUFS:
+		return SOCK_STAT_RT_NO_FDS;
+	case ETIMEDOUT:
+		return SOCK_STAT_RT_TIMEOUT;
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+		return SOCK_STAT_RT_REMOTE;
+	case ECONNREFUSED:
+		/* What the refused connect learnt (no ferry listener, a
+		 * squatter), or else the listener itself said no. */
+		r = sock_connect_probe(addr);
+		return r == SOCK_STAT_RT_FERRY ? SOCK_STAT_RT_REFUSED : r;
+	}
+	return SOCK_STAT_RT_ERROR;
+}
+
 static void sock_conn_fail(struct ferry_sock *s, int err)
 {
 	ferry_debug("sock %d: connect failed: %s", s->fd, strerror(err));

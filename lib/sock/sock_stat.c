@@ -309,3 +309,17 @@ int sock_stat_fd(void)
 	pthread_mutex_unlock(&stat_seg.lock);
 	return fd;
 }
+
+void sock_stat_route(enum sock_stat_route r)
+{
+	if ((unsigned int)r >= SOCK_STAT_NROUTES)
+		r = SOCK_STAT_RT_ERROR;
+	pthread_mutex_lock(&stat_seg.lock);
+	/* A process whose connects all go to TCP has no socket to make the
+	 * segment, and must be seen all the same. */
+	if (!stat_seg.hdr && !stat_seg.failed && sock_stat_create() < 0)
+		stat_seg.failed = true;
+	if (stat_seg.hdr)
+		__atomic_fetch_add(&stat_seg.hdr->connects[r], 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&stat_seg.lock);
+}

@@ -29,6 +29,11 @@
  * socket; the inherited descriptor of the parent's segment is closed in
  * the child.
  *
+ * The header also counts, per process, how the program's connects under
+ * the preload shim went (enum sock_stat_route): over ferry, or to kernel
+ * TCP and why.  Any thread of the owner adds to them (relaxed atomic
+ * adds, once per connect, never on the data path).
+ *
  * The layout is an interface between processes of possibly different
  * builds: change it only together with SOCK_STAT_VERSION.
  */
@@ -39,7 +44,7 @@
 
 #define SOCK_STAT_NAME		"ferry-stat"	/* memfd name */
 #define SOCK_STAT_MAGIC		0x3154535952524546ull	/* "FERRYST1", little-endian */
-#define SOCK_STAT_VERSION	1
+#define SOCK_STAT_VERSION	2	/* 2: the header counts connects by route */
 #define SOCK_STAT_HEADER_SIZE	128		/* slot 0 starts here */
 #define SOCK_STAT_SLOTS		65536		/* slots per process */
 #define SOCK_STAT_SLOTS_MAX	(1u << 20)	/* most a reader accepts */
@@ -73,6 +78,49 @@ enum sock_stat_transport {
 	SOCK_STAT_NTRANSPORTS
 };
 
+/*
+ * Where a connect() of the program's under the preload shim went: over
+ * ferry, or to kernel TCP for this reason.  Values are indexes into
+ * sock_stat_header.connects: append only.
+ */
+enum sock_stat_route {
+	SOCK_STAT_RT_FERRY,		/* over ferry */
+	SOCK_STAT_RT_NO_LISTENER,	/* nothing listens on the port */
+	SOCK_STAT_RT_NO_FERRY,		/* a TCP listener no ferry listener speaks for */
+	SOCK_STAT_RT_NOT_OWNER,		/* its ferry rendezvous is not the port owner's */
+	SOCK_STAT_RT_REFUSED,		/* the ferry listener refused (short of descriptors) */
+	SOCK_STAT_RT_TIMEOUT,		/* no answer in the shim's bound, or a stalled handshake */
+	SOCK_STAT_RT_NO_FDS,		/* this process was out of descriptors or memory */
+	SOCK_STAT_RT_REMOTE,		/* not this host, and no RDMA device */
+	SOCK_STAT_RT_EXCLUDED,		/* ferry.conf or FERRY_EXCLUDE_* keep it on TCP */
+	SOCK_STAT_RT_UNSUPPORTED,	/* a connect the shim does not serve (TCP Fast Open) */
+	SOCK_STAT_RT_ERROR,		/* anything else: FERRY_LOG=info says what */
+	SOCK_STAT_NROUTES
+};
+#define SOCK_STAT_ROUTES_MAX	12	/* room in the header */
+
+_Static_assert(SOCK_STAT_NROUTES <= SOCK_STAT_ROUTES_MAX, "the routes fit the header");
+
+/* The name ferry-stat and the shim's log give route @r ("?" if none). */
+static inline const char *sock_stat_route_name(unsigned int r)
+{
+	static const char *const names[SOCK_STAT_NROUTES] = {
+		[SOCK_STAT_RT_FERRY] = "ferry",
+		[SOCK_STAT_RT_NO_LISTENER] = "no-listener",
+		[SOCK_STAT_RT_NO_FERRY] = "no-ferry-listener",
+		[SOCK_STAT_RT_NOT_OWNER] = "not-port-owner",
+		[SOCK_STAT_RT_REFUSED] = "refused",
+		[SOCK_STAT_RT_TIMEOUT] = "timeout",
+		[SOCK_STAT_RT_NO_FDS] = "no-descriptors",
+		[SOCK_STAT_RT_REMOTE] = "remote",
+		[SOCK_STAT_RT_EXCLUDED] = "excluded",
+		[SOCK_STAT_RT_UNSUPPORTED] = "unsupported",
+		[SOCK_STAT_RT_ERROR] = "error",
+	};
+
+	return r < SOCK_STAT_NROUTES ? names[r] : "?";
+}
+
 struct sock_stat_header {
 	uint64_t magic;		/* SOCK_STAT_MAGIC, written last */
 	uint32_t version;	/* SOCK_STAT_VERSION */
@@ -81,6 +129,8 @@ struct sock_stat_header {
 	uint32_t nslots;	/* slots the segment has room for */
 	uint32_t used;		/* slots [0, used) have been handed out (release) */
 	int32_t pid;		/* the process that created it (its own namespace) */
+	/* Connects under the shim by enum sock_stat_route; monotonic. */
+	uint64_t connects[SOCK_STAT_ROUTES_MAX];
 };
 
 /* An address: IPv4 in the first 4 bytes of addr; port in host order. */
