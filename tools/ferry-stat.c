@@ -4,7 +4,8 @@
  *
  * stat_scan.c finds and reads the statistics segments of the processes;
  * this file picks the rows the options ask for and prints them as a table
- * or as JSON.
+ * or as JSON: the sockets, or with -s each process's connects under the
+ * shim, over ferry and over TCP by reason.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -31,6 +32,7 @@ struct stat_opts {
 	bool resolve;		/* -r: host names */
 	bool json;
 	bool header;
+	bool summary;		/* -s: connects per process, not sockets */
 	pid_t pid;		/* -p; 0: every process */
 };
 
@@ -282,6 +284,83 @@ static void stat_print_json(const struct stat_row *rows, size_t n)
 	printf("%s]\n", n ? "\n" : "");
 }
 
+/* --- -s: connects per process --- */
+
+/* Connects of @p that went to TCP, whatever the reason (saturating). */
+static uint64_t stat_proc_tcp(const struct stat_proc *p)
+{
+	uint64_t n = 0;
+	unsigned int r;
+
+	for (r = SOCK_STAT_RT_FERRY + 1; r < SOCK_STAT_NROUTES; r++)
+		n = n + p->connects[r] < n ? UINT64_MAX : n + p->connects[r];
+	return n;
+}
+
+/* "reason:N" for every reason with connects, comma-separated; "-" if none. */
+static void stat_proc_why(const struct stat_proc *p, char *buf, size_t len)
+{
+	size_t at = 0;
+	unsigned int r;
+
+	snprintf(buf, len, "-");
+	for (r = SOCK_STAT_RT_FERRY + 1; r < SOCK_STAT_NROUTES && at < len; r++) {
+		if (!p->connects[r])
+			continue;
+		at += (size_t)snprintf(buf + at, len - at, "%s%s:%llu", at ? "," : "",
+				       sock_stat_route_name(r),
+				       (unsigned long long)p->connects[r]);
+	}
+}
+
+static int stat_proc_cmp(const void *a, const void *b)
+{
+	const struct stat_proc *x = a, *y = b;
+
+	return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
+static void stat_print_summary(const struct stat_proc *procs, size_t n,
+			       const struct stat_opts *o)
+{
+	char why[512], who[64];
+	size_t k;
+
+	if (o->header)
+		printf("%-32s %10s %10s  %s\n", "Process", "Ferry", "TCP", "Why TCP");
+	for (k = 0; k < n; k++) {
+		const struct stat_proc *p = &procs[k];
+
+		snprintf(who, sizeof(who), "users:((\"%s\",pid=%d))", p->comm, (int)p->pid);
+		stat_proc_why(p, why, sizeof(why));
+		printf("%-32s %10llu %10llu  %s\n", who,
+		       (unsigned long long)p->connects[SOCK_STAT_RT_FERRY],
+		       (unsigned long long)stat_proc_tcp(p), why);
+	}
+}
+
+static void stat_print_summary_json(const struct stat_proc *procs, size_t n)
+{
+	unsigned int r;
+	size_t k;
+
+	printf("[");
+	for (k = 0; k < n; k++) {
+		const struct stat_proc *p = &procs[k];
+
+		printf("%s\n  {\"pid\":%d,\"process\":", k ? "," : "", (int)p->pid);
+		stat_json_string(p->comm);
+		printf(",\"ferry\":%llu,\"tcp\":%llu,\"tcp_because\":{",
+		       (unsigned long long)p->connects[SOCK_STAT_RT_FERRY],
+		       (unsigned long long)stat_proc_tcp(p));
+		for (r = SOCK_STAT_RT_FERRY + 1; r < SOCK_STAT_NROUTES; r++)
+			printf("%s\"%s\":%llu", r > SOCK_STAT_RT_FERRY + 1 ? "," : "",
+			       sock_stat_route_name(r), (unsigned long long)p->connects[r]);
+		printf("}}");
+	}
+	printf("%s]\n", n ? "\n" : "");
+}
+
 /* --- main --- */
 
 static void stat_usage(FILE *f)
@@ -295,6 +374,7 @@ static void stat_usage(FILE *f)
 		"  -n, --numeric      ports as numbers, not service names\n"
 		"  -r, --resolve      host names instead of addresses\n"
 		"  -p, --pid=PID      only the sockets of process PID\n"
+		"  -s, --summary      per process: connects over ferry, and over TCP by reason\n"
 		"  -j, --json         JSON: one object per socket, numeric\n"
 		"  -H, --no-header    no header line\n"
 		"  -h, --help         this help\n"
@@ -312,6 +392,7 @@ static int stat_parse(int argc, char **argv, struct stat_opts *o)
 		{ "numeric", no_argument, NULL, 'n' },
 		{ "resolve", no_argument, NULL, 'r' },
 		{ "pid", required_argument, NULL, 'p' },
+		{ "summary", no_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-header", no_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
@@ -322,12 +403,13 @@ static int stat_parse(int argc, char **argv, struct stat_opts *o)
 	long v;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "alnrp:jHhV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "alnrp:sjHhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'a': o->show = STAT_SHOW_ALL; break;
 		case 'l': o->show = STAT_SHOW_LISTENING; break;
 		case 'n': o->numeric = true; break;
 		case 'r': o->resolve = true; break;
+		case 's': o->summary = true; break;
 		case 'j': o->json = true; break;
 		case 'H': o->header = false; break;
 		case 'p':
@@ -375,7 +457,13 @@ int main(int argc, char **argv)
 			rows.v[n++] = rows.v[i];
 	if (n > 1)
 		qsort(rows.v, n, sizeof(rows.v[0]), stat_row_cmp);
-	if (o.json)
+	if (rows.nprocs > 1)
+		qsort(rows.procs, rows.nprocs, sizeof(rows.procs[0]), stat_proc_cmp);
+	if (o.summary && o.json)
+		stat_print_summary_json(rows.procs, rows.nprocs);
+	else if (o.summary)
+		stat_print_summary(rows.procs, rows.nprocs, &o);
+	else if (o.json)
 		stat_print_json(rows.v, n);
 	else
 		stat_print_table(rows.v, n, &o);

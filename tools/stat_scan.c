@@ -126,6 +126,34 @@ void stat_rows_free(struct stat_rows *rows)
 	free(rows->v);
 	rows->v = NULL;
 	rows->n = rows->cap = 0;
+	free(rows->procs);
+	rows->procs = NULL;
+	rows->nprocs = rows->procs_cap = 0;
+}
+
+/* The header's counts of connects, as they are now: any value is one. */
+static int stat_procs_push(struct stat_rows *rows, const struct sock_stat_header *hdr,
+			   pid_t pid, const char *comm)
+{
+	struct stat_proc *p;
+	size_t i;
+
+	if (rows->nprocs == rows->procs_cap) {
+		size_t cap = rows->procs_cap ? rows->procs_cap * 2 : 16;
+		struct stat_proc *v = realloc(rows->procs, cap * sizeof(*v));
+
+		if (!v)
+			return -1;
+		rows->procs = v;
+		rows->procs_cap = cap;
+	}
+	p = &rows->procs[rows->nprocs++];
+	memset(p, 0, sizeof(*p));
+	p->pid = pid;
+	snprintf(p->comm, sizeof(p->comm), "%s", comm);
+	for (i = 0; i < SOCK_STAT_NROUTES; i++)
+		p->connects[i] = __atomic_load_n(&hdr->connects[i], __ATOMIC_RELAXED);
+	return 0;
 }
 
 /* The header, checked against the file; false when it is not one of ours. */
@@ -169,6 +197,7 @@ int stat_segment_read(int fd, pid_t pid, const char *comm, struct stat_rows *row
 		notes->bad_segments++;
 		return -1;
 	}
+	stat_procs_push(rows, map, pid, comm);
 	slots = (const struct sock_stat_slot *)((const uint8_t *)map + SOCK_STAT_HEADER_SIZE);
 	/* Only slots handed out were ever touched; reading others would
 	 * allocate pages of the owner's memfd. */

@@ -29,9 +29,18 @@ struct stat_row {
 	uint32_t rbuf_size, sbuf_size;
 };
 
+/* One process's connects under the shim, by route (sock_stat_header). */
+struct stat_proc {
+	pid_t pid;
+	char comm[17];
+	uint64_t connects[SOCK_STAT_NROUTES];	/* by enum sock_stat_route */
+};
+
 struct stat_rows {
 	struct stat_row *v;
 	size_t n, cap;
+	struct stat_proc *procs;	/* one per segment read */
+	size_t nprocs, procs_cap;
 };
 
 /* What a scan could not read, for the user to be told. */
@@ -52,7 +61,8 @@ int stat_scan(pid_t pid, struct stat_rows *rows, struct stat_scan_notes *notes);
 
 /*
  * stat_segment_read - append the sockets of the segment open as @fd,
- * found in process @pid named @comm.  Returns 0, or -1 (notes->bad_segments
+ * found in process @pid named @comm, and its counts of connects to
+ * @rows->procs.  Returns 0, or -1 (notes->bad_segments
  * counted) when the segment fails the checks.
  */
 int stat_segment_read(int fd, pid_t pid, const char *comm, struct stat_rows *rows,

@@ -258,9 +258,10 @@ python3_bin() {
 # What the shim logs (preload/sockets.c) about the port of a run:
 #   debug: connect to 127.0.0.1:PORT: ferry                  over ferry
 #   info:  connect to 127.0.0.1:PORT: not ferry (why): TCP   fell back
-#          (or "excluded by the configuration: TCP", ...)
+#          (why: ferry-stat -s's reason, then the error if a connect failed:
+#          "no-ferry-listener", "timeout: Connection timed out", ...)
 #   info:  listen on 127.0.0.1:PORT: TCP and ferry           both served
-# ferry-stat, when it lands, could be asked too.
+# ferry-stat -s counts the same per process (tests/ferry-stat-why.sh).
 
 # client_transport WHAT MODE FILES...: the stderr FILES of a run's clients
 # say that each connection went over ferry when both ends are under the

@@ -49,7 +49,7 @@ stopped() {
 	ms=$(( ($(date +%s%N) - start) / 1000000 ))
 	note "$what: answered after $ms ms (the server was stopped for 1500)"
 	[ "$ms" -lt 10000 ] || fail "$what: took $ms ms, not well under the CM's 30 s"
-	grep -Eq "^ferry\[[0-9]+\]: info: connect to 127\.0\.0\.1:$port: not ferry \(Connection timed out\): TCP\$" \
+	grep -Eq "^ferry\[[0-9]+\]: info: connect to 127\.0\.0\.1:$port: not ferry \(timeout: Connection timed out\): TCP\$" \
 		"$tmp/stopped.err" ||
 		fail "$what: the shim did not say it fell back to TCP:" \
 			"$(ferry_lines "$tmp/stopped.err" | head -n 5)"
