@@ -8,6 +8,7 @@
 #endif
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/sendfile.h>
@@ -119,14 +120,39 @@ FP_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 	return FP_CALL(ferry_sock_send(s, buf, n, flags & ~FP_SEND_IGNORED));
 }
 
+/*
+ * A TCP Fast Open connect (sendto or sendmsg with MSG_FASTOPEN on a socket
+ * not connected yet) happens behind connect()'s back, in the kernel: it
+ * stays TCP's.  Counted as a connect the shim does not serve, and the
+ * socket forgotten, as a connect that goes to TCP leaves it.
+ */
+static void fp_fastopen(int fd, int flags, const struct sockaddr *addr, socklen_t len)
+{
+	struct fp_fd *e;
+
+	if (!(flags & MSG_FASTOPEN) || fp_inside())
+		return;
+	e = fp_get(fd);
+	if (!e || e->kind != FP_TCP)
+		return;
+	/* The address is the program's, as long as it says: logged if whole. */
+	if (addr && len < (e->domain == AF_INET6 ? sizeof(struct sockaddr_in6) :
+			   sizeof(struct sockaddr_in)))
+		addr = NULL;
+	fp_connect_route(addr, SOCK_STAT_RT_UNSUPPORTED, 0);
+	fp_free(fp_set(fd, NULL));
+}
+
 FP_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 			 const struct sockaddr *addr, socklen_t len)
 {
 	int s = fp_ferry(fd);
 
 	fp_real_init();
-	if (s < 0)
+	if (s < 0) {
+		fp_fastopen(fd, flags, addr, len);
 		return fp_real.sendto(fd, buf, n, flags, addr, len);
+	}
 	(void)addr;	/* Linux's TCP ignores the address on a connected socket */
 	(void)len;
 	return FP_CALL(ferry_sock_send(s, buf, n, flags & ~FP_SEND_IGNORED));
@@ -137,8 +163,10 @@ FP_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	int s = fp_ferry(fd);
 
 	fp_real_init();
-	if (s < 0)
+	if (s < 0) {
+		fp_fastopen(fd, flags, msg ? msg->msg_name : NULL, msg ? msg->msg_namelen : 0);
 		return fp_real.sendmsg(fd, msg, flags);
+	}
 	if (msg && msg->msg_name) {
 		/* As Linux's TCP: the address of a connected socket is ignored. */
 		struct msghdr m = *msg;

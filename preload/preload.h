@@ -45,6 +45,7 @@
 #include <sys/uio.h>
 
 #include "ferry-internal.h"
+#include "sock/sock_stat.h"
 
 #define FP_EXPORT __attribute__((visibility("default")))
 
@@ -208,6 +209,13 @@ uint64_t fp_now_ns(void);
 void fp_spin_yield(unsigned int turn);
 
 /* --- sockets.c --- */
+
+/*
+ * Count where a connect of the program's to @addr (NULL: unknown) went,
+ * for ferry-stat -s, and say so when the log wants it (info: a connect
+ * that went to TCP, and why); @err: a failed ferry connect's errno, or 0.
+ */
+void fp_connect_route(const struct sockaddr *addr, enum sock_stat_route r, int err);
 
 /* Wait until listener @fd (FP_LISTEN) may have a connection to accept. */
 int fp_accept_wait(int fd, struct fp_fd *e);

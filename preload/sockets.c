@@ -176,26 +176,23 @@ fail:
 	return -1;
 }
 
-/*
- * Count where a connect to @addr went (ferry-stat -s shows it) and
- * say so when the log wants it; @err: the failed ferry connect's, or 0.
- */
-static void fp_connect_route(const struct sockaddr *addr, enum sock_stat_route r, int err)
+void fp_connect_route(const struct sockaddr *addr, enum sock_stat_route r, int err)
 {
-	char name[80];
+	char name[80] = "(no address)";
 
 	FP_ENTER();	/* the segment may be made now, with libc's calls */
 	sock_stat_route(r);
 	FP_LEAVE();
-	if (r == SOCK_STAT_RT_FERRY) {
-		ferry_debug("connect to %s: ferry", fp_addr_str(addr, name, sizeof(name)));
-		return;
-	}
 	/* The address is formatted only for a log that shows it. */
-	if (ferry_log_level() < FERRY_LOG_INFO)
+	if (ferry_log_level() < (r == SOCK_STAT_RT_FERRY ? FERRY_LOG_DEBUG : FERRY_LOG_INFO))
 		return;
-	fp_info("connect to %s: not ferry (%s%s%s): TCP", fp_addr_str(addr, name, sizeof(name)),
-		sock_stat_route_name(r), err ? ": " : "", err ? strerror(err) : "");
+	if (addr)
+		fp_addr_str(addr, name, sizeof(name));
+	if (r == SOCK_STAT_RT_FERRY)
+		ferry_debug("connect to %s: ferry", name);
+	else
+		fp_info("connect to %s: not ferry (%s%s%s): TCP", name, sock_stat_route_name(r),
+			err ? ": " : "", err ? strerror(err) : "");
 }
 
 /* May the connect of FP_TCP entry @e to @addr go over ferry?  If not, why. */

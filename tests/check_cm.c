@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <check.h>
 
@@ -269,6 +270,67 @@ START_TEST(test_no_listener_refused)
 	ck_assert_int_eq(ev->status, ECONNREFUSED);
 	ferry_ack_cm_event(ev);
 	cmt_close(&c);
+}
+END_TEST
+
+/* A kernel TCP socket listening on @dst's address and port. */
+static int cm_tcp_listen(const struct sockaddr_storage *dst)
+{
+	int on = 1, fd = socket(dst->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)), 0);
+	ck_assert_int_eq(bind(fd, (const struct sockaddr *)dst, sizeof(struct sockaddr_in)), 0);
+	ck_assert_int_eq(listen(fd, 4), 0);
+	return fd;
+}
+
+/*
+ * ferry_cm_probe: an address of no host here is REMOTE, a port nobody
+ * listens on NO_LISTENER, a ferry listener's MAYBE; a plain TCP listener
+ * is MAYBE until a connect finds no ferry listener behind it, NO_FERRY
+ * after; a new socket listening on that port is looked at again once the
+ * quick memory (100 ms, cm/cm_shm_probe.c) is past.
+ */
+START_TEST(test_probe)
+{
+	struct sockaddr_in remote = { .sin_family = AF_INET, .sin_port = htons(9) };
+	struct sockaddr *d;
+	struct sockaddr_storage dst;
+	struct ferry_cm_event *ev;
+	struct cmt_end l, c;
+	uint16_t port;
+	int tcp;
+
+	if (!tu_on_shm()) {
+		printf("SKIP test_probe on %s: shm's listeners\n", tu_transport());
+		return;
+	}
+	inet_pton(AF_INET, "192.0.2.1", &remote.sin_addr);	/* TEST-NET-1 */
+	ck_assert_int_eq(ferry_cm_probe((struct sockaddr *)&remote), FERRY_CM_PROBE_REMOTE);
+
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	cmt_addr(&dst, AF_INET, port);
+	d = (struct sockaddr *)&dst;
+	ck_assert_int_eq(ferry_cm_probe(d), FERRY_CM_PROBE_MAYBE);
+	cmt_close(&l);
+	ck_assert_int_eq(ferry_cm_probe(d), FERRY_CM_PROBE_NO_LISTENER);
+
+	tcp = cm_tcp_listen(&dst);
+	ck_assert_int_eq(ferry_cm_probe(d), FERRY_CM_PROBE_MAYBE);
+	ck_assert_int_eq(cmt_connect(&c, d, NULL, 0), 0);
+	ck_assert_int_eq(cmt_wait(c.ch, FERRY_CM_EVENT_REJECTED, &ev), 0);
+	ck_assert_int_eq(ev->status, ECONNREFUSED);
+	ferry_ack_cm_event(ev);
+	cmt_close(&c);
+	ck_assert_int_eq(ferry_cm_probe(d), FERRY_CM_PROBE_NO_FERRY);
+
+	/* The server restarts: another socket, found past the quick memory. */
+	close(tcp);
+	tcp = cm_tcp_listen(&dst);
+	usleep(150 * 1000);
+	ck_assert_int_eq(ferry_cm_probe(d), FERRY_CM_PROBE_MAYBE);
+	close(tcp);
 }
 END_TEST
 
@@ -628,6 +690,7 @@ Suite *cm_suite(void)
 	tcase_add_test(conn, test_wildcard_listeners);
 	tcase_add_test(conn, test_reject_private_data);
 	tcase_add_test(conn, test_no_listener_refused);
+	tcase_add_test(conn, test_probe);
 	tcase_add_test(conn, test_private_data_limits);
 	tcase_add_test(conn, test_disconnect_both_sides);
 	tcase_add_test(conn, test_quiet_ids);

@@ -2,8 +2,8 @@
 # ferry-stat-why.sh - ferry-stat -s says where a program's connects went
 # and why: a python3 client under ferry-run connects to a plain server
 # (and once more without blocking), to a ferry server, to a port where
-# nothing listens, to a port excluded by FERRY_EXCLUDE_PORTS and to an
-# address of no interface here; ferry-stat -s (table and JSON) must count
+# nothing listens, to a port excluded by FERRY_EXCLUDE_PORTS, with TCP
+# Fast Open (sendto) and to an address of no interface here; ferry-stat -s (table and JSON) must count
 # each by its route.  Then the plain server is replaced by a ferry server
 # on the same port, and the client's next connect there must go over
 # ferry: the shim's memory of "no ferry listener here" gives way to a new
@@ -84,6 +84,12 @@ for port in (none, excl):
     assert e == errno.ECONNREFUSED, "port %d: %s" % (port, os.strerror(e))
     s.close()
 s = socket.socket()
+try:	# TCP Fast Open: connected by the kernel inside sendto
+    s.sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", plain))
+except OSError:
+    pass
+s.close()
+s = socket.socket()
 s.setblocking(False)
 e = s.connect_ex(("192.0.2.1", 9))	# TEST-NET-1: no host's address
 assert e in (errno.EINPROGRESS, errno.ENETUNREACH, errno.EHOSTUNREACH), os.strerror(e)
@@ -131,7 +137,7 @@ table() { "$stat" -s -p "$cpid" > "$tmp/table" || fail "ferry-stat -s exited $?"
 table
 head -1 "$tmp/table" | grep -qE '^Process +Ferry +TCP +Why TCP$' ||
 	fail "header: $(head -1 "$tmp/table")"
-line="users:\(\(\"[^\"]*\",pid=$cpid\)\) +3 +8 +no-listener:1,no-ferry-listener:5,remote:1,excluded:1$"
+line="users:\(\(\"[^\"]*\",pid=$cpid\)\) +3 +9 +no-listener:1,no-ferry-listener:5,remote:1,excluded:1,unsupported:1$"
 grep -qE "^$line" "$tmp/table" || fail "the client's line: $(cat "$tmp/table")"
 
 "$stat" -s -j -p "$cpid" > "$tmp/json" || fail "ferry-stat -s -j exited $?"
@@ -140,8 +146,8 @@ import json, sys
 rows = json.load(open(sys.argv[1]))
 assert len(rows) == 1 and rows[0]["pid"] == int(sys.argv[2]), rows
 r = rows[0]
-assert r["ferry"] == 3 and r["tcp"] == 8, r
-want = {"no-listener": 1, "no-ferry-listener": 5, "remote": 1, "excluded": 1}
+assert r["ferry"] == 3 and r["tcp"] == 9, r
+want = {"no-listener": 1, "no-ferry-listener": 5, "remote": 1, "excluded": 1, "unsupported": 1}
 for k, v in r["tcp_because"].items():
     assert v == want.get(k, 0), (k, r)
 assert set(want) <= set(r["tcp_because"]), r
@@ -154,7 +160,7 @@ serve ferry2 "$plain" "$run"
 echo go >&7
 read -r -t 60 -u 5 done || { fail "the last connect did not end: $(cat "$tmp/client.err")"; exit 1; }
 table
-grep -qE "^users:\(\(\"[^\"]*\",pid=$cpid\)\) +4 +8 " "$tmp/table" ||
+grep -qE "^users:\(\(\"[^\"]*\",pid=$cpid\)\) +4 +9 " "$tmp/table" ||
 	fail "the connect to a ferry server that replaced a plain one: $(cat "$tmp/table")"
 
 # A process with no connect shows zeros; usage errors.
