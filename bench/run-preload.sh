@@ -131,6 +131,7 @@ http {
 	server { listen 127.0.0.1:%PORT%; location / { return 200 "ok\n"; } }
 }
 EOF
+	# shellcheck disable=SC2016	# expanded by that sh, from its arguments
 	serve nginx tcp sh -c 'sed "s|%PORT%|$1|; s|%DIR%|$2|g" "$2/conf.in" >"$2/conf" &&
 		exec "$3" -p "$2" -c "$2/conf"' sh @PORT@ "$tmp/nginx" "$nginx" >&2 || return 1
 	nginx_pid=$server_pid

@@ -11,7 +11,7 @@
 # without python3 or the shim.
 set -u
 
-prog=ferry-stat-why.sh
+prog="ferry-stat-why.sh"
 run=./tools/ferry-run
 stat=./tools/ferry-stat
 shim=preload/.libs/libferry-preload.so
@@ -158,7 +158,7 @@ kill -9 "$plain_pid"
 wait "$plain_pid" 2>/dev/null
 serve ferry2 "$plain" "$run"
 echo go >&7
-read -r -t 60 -u 5 done || { fail "the last connect did not end: $(cat "$tmp/client.err")"; exit 1; }
+read -r -t 60 -u 5 _ || { fail "the last connect did not end: $(cat "$tmp/client.err")"; exit 1; }
 table
 grep -qE "^users:\(\(\"[^\"]*\",pid=$cpid\)\) +4 +9 " "$tmp/table" ||
 	fail "the connect to a ferry server that replaced a plain one: $(cat "$tmp/table")"
