@@ -162,6 +162,10 @@ START_TEST(test_ctl_errors)
 	ck_assert_int_eq(errno, EINVAL);
 	/* ... but the calls pass kernel fds to the kernel's own set. */
 	ck_assert_int_eq(ferry_sock_epoll_ctl(kep, EPOLL_CTL_ADD, p[0], &ev), 0);
+	/* A socket's number names its own epoll set: not the program's. */
+	errno = 0;
+	ck_assert_int_eq(ferry_sock_epoll_ctl(a, EPOLL_CTL_ADD, p[1], &ev), -1);
+	ck_assert_int_eq(errno, EINVAL);
 	errno = 0;
 	ck_assert_int_eq(ferry_sock_epoll_wait(a, &ev, 1, 0), -1);	/* no set */
 	ck_assert_int_eq(errno, EINVAL);

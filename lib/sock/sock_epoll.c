@@ -249,8 +249,11 @@ int ferry_sock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	s = sock_get(fd);
 	errno = e;
 	if (!ep) {
-		/* The kernel's own set (or none): it takes kernel fds only. */
-		return s ? ERR(EINVAL) : epoll_ctl(epfd, op, fd, event);
+		/* The kernel's own set (or none): it takes kernel fds only.  A
+		 * socket's number is its private epoll set: never the program's. */
+		if (s || ferry_sock_is_ferry(epfd))
+			return ERR(EINVAL);
+		return epoll_ctl(epfd, op, fd, event);
 	}
 	if (!s)
 		return sock_ep_ctl_kernel(ep, op, fd, event);
