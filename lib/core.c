@@ -223,6 +223,43 @@ int ferry_query_device(struct ferry_context *context,
 	return context->provider->query_device(context, attr_p);
 }
 
+int ferry_query_device_ex(struct ferry_context *context,
+			  const struct ferry_query_device_ex_input *input,
+			  struct ferry_device_attr_ex *attr_p)
+{
+	/* ibverbs refuses input bits it does not know; ferry knows none. */
+	if (!context || !attr_p || (input && input->comp_mask))
+		return ERR(EINVAL);
+	memset(attr_p, 0, sizeof(*attr_p));
+	if (context->provider->query_device(context, &attr_p->orig_attr) < 0)
+		return -1;
+	return context->provider->query_device_ex(context, attr_p);
+}
+
+int ferry_query_port(struct ferry_context *context, uint8_t port_num,
+		     struct ferry_port_attr *port_attr_p)
+{
+	if (!context || !port_attr_p || port_num == 0)
+		return ERR(EINVAL);
+	return context->provider->query_port(context, port_num, port_attr_p);
+}
+
+int ferry_query_gid(struct ferry_context *context, uint8_t port_num, int index,
+		    union ferry_gid *gid_p)
+{
+	if (!context || !gid_p || port_num == 0 || index < 0)
+		return ERR(EINVAL);
+	return context->provider->query_gid(context, port_num, index, gid_p);
+}
+
+int ferry_query_pkey(struct ferry_context *context, uint8_t port_num, int index,
+		     uint16_t *pkey_p)
+{
+	if (!context || !pkey_p || port_num == 0 || index < 0)
+		return ERR(EINVAL);
+	return context->provider->query_pkey(context, port_num, index, pkey_p);
+}
+
 /* --- protection domains and memory regions --- */
 
 struct ferry_pd *ferry_alloc_pd(struct ferry_context *context)
@@ -847,4 +884,21 @@ const char *ferry_qp_state_str(enum ferry_qp_state state)
 	if ((unsigned int)state >= FERRY_ARRAY_SIZE(core_qp_state_names))
 		return "UNKNOWN";
 	return core_qp_state_names[state];
+}
+
+static const char *const core_port_state_names[] = {
+	[FERRY_PORT_NOP]	  = "no state change (NOP)",
+	[FERRY_PORT_DOWN]	  = "down",
+	[FERRY_PORT_INIT]	  = "init",
+	[FERRY_PORT_ARMED]	  = "armed",
+	[FERRY_PORT_ACTIVE]	  = "active",
+	[FERRY_PORT_ACTIVE_DEFER] = "active defer",
+};
+
+/** ferry_port_state_str - the text libibverbs gives the same state. */
+const char *ferry_port_state_str(enum ferry_port_state state)
+{
+	if ((unsigned int)state >= FERRY_ARRAY_SIZE(core_port_state_names))
+		return "unknown";
+	return core_port_state_names[state];
 }

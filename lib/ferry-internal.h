@@ -61,6 +61,13 @@ struct ferry_provider {
 	struct ferry_context *(*open_device)(struct ferry_device *dev);
 	int (*close_device)(struct ferry_context *ctx);
 	int (*query_device)(struct ferry_context *ctx, struct ferry_device_attr *attr);
+	/* The members of @attr after orig_attr (the core fills orig_attr and
+	 * zeroes the rest first). */
+	int (*query_device_ex)(struct ferry_context *ctx, struct ferry_device_attr_ex *attr);
+	/* Ports, GIDs, P_Keys: the core has checked @port != 0, @index >= 0. */
+	int (*query_port)(struct ferry_context *ctx, uint8_t port, struct ferry_port_attr *attr);
+	int (*query_gid)(struct ferry_context *ctx, uint8_t port, int index, union ferry_gid *gid);
+	int (*query_pkey)(struct ferry_context *ctx, uint8_t port, int index, uint16_t *pkey);
 
 	struct ferry_pd *(*alloc_pd)(struct ferry_context *ctx);
 	/* Optional: a PD that will hold at most @max_remote MRs with remote

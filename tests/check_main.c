@@ -20,6 +20,7 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 
 	runner = srunner_create(objects_suite());
+	srunner_add_suite(runner, query_suite());
 	srunner_add_suite(runner, qp_state_suite());
 	srunner_add_suite(runner, ops_suite());
 	srunner_add_suite(runner, errors_suite());
@@ -35,6 +36,7 @@ int main(void)
 	srunner_add_suite(runner, cm_robust_suite());
 	srunner_add_suite(runner, hostile_cm_suite());
 	srunner_add_suite(runner, sock_suite());
+	srunner_add_suite(runner, repoll_suite());
 	srunner_add_suite(runner, config_suite());
 	srunner_add_suite(runner, stat_suite());
 

@@ -7,6 +7,7 @@
 #include <check.h>
 
 Suite *objects_suite(void);
+Suite *query_suite(void);
 Suite *qp_state_suite(void);
 Suite *ops_suite(void);
 Suite *errors_suite(void);
@@ -22,6 +23,7 @@ Suite *cm_suite(void);
 Suite *cm_robust_suite(void);
 Suite *hostile_cm_suite(void);
 Suite *sock_suite(void);
+Suite *repoll_suite(void);
 Suite *config_suite(void);
 Suite *stat_suite(void);
 

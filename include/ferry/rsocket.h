@@ -10,7 +10,20 @@
 #ifndef FERRY_RSOCKET_H
 #define FERRY_RSOCKET_H
 
+/*
+ * The includes of rdma-core's <rdma/rsocket.h>, with ferry's headers for
+ * <infiniband/verbs.h> and <rdma/rdma_cma.h>: a program that relies on it
+ * for errno, poll, epoll, select or mmap's PROT_* (riomap) builds as is.
+ */
+#include <ferry/verbs.h>
+#include <ferry/cm.h>
 #include <ferry/socket.h>
+#include <errno.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/select.h>
+#include <sys/socket.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -135,6 +148,25 @@ static inline size_t riowrite(int s, const void *buf, size_t count, off_t offset
 			      int flags)
 {
 	return ferry_sock_iowrite(s, buf, count, offset, flags);
+}
+
+/*
+ * repoll_* (rdma-core, July 2026).  librdmacm's return an errno value
+ * itself from some failures; ferry's return -1 with errno set, as epoll's
+ * do, so a check for nonzero (or for -1) works with both.
+ */
+static inline int repoll_create(int flags)
+{
+	return ferry_sock_epoll_create1(flags);
+}
+static inline int repoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
+{
+	return ferry_sock_epoll_ctl(epfd, op, fd, event);
+}
+static inline int repoll_wait(int epfd, struct epoll_event *events, int maxevents,
+			      int timeout)
+{
+	return ferry_sock_epoll_wait(epfd, events, maxevents, timeout);
 }
 
 #ifdef __cplusplus

@@ -21,6 +21,7 @@
 
 #include <poll.h>
 #include <stddef.h>
+#include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -69,6 +70,18 @@ ssize_t ferry_sock_readv(int s, const struct iovec *iov, int iovcnt);
 int ferry_sock_poll(struct pollfd *fds, nfds_t nfds, int timeout);
 int ferry_sock_select(int nfds, fd_set *readfds, fd_set *writefds,
 		      fd_set *exceptfds, struct timeval *timeout);
+
+/*
+ * ferry_sock_epoll_create1 / _ctl / _wait - epoll(7) over any mix of ferry
+ * sockets and ordinary file descriptors (rsocket's repoll_*): level-
+ * triggered, EPOLLET and EPOLLONESHOT as epoll has them, the same errors.
+ * The set's number is a real epoll fd; close it with ferry_sock_close.
+ * @flags: EPOLL_CLOEXEC, and O_NONBLOCK as rsocket takes it.
+ */
+int ferry_sock_epoll_create1(int flags);
+int ferry_sock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event);
+int ferry_sock_epoll_wait(int epfd, struct epoll_event *events, int maxevents,
+			  int timeout);
 
 int ferry_sock_getpeername(int s, struct sockaddr *addr, socklen_t *addrlen);
 int ferry_sock_getsockname(int s, struct sockaddr *addr, socklen_t *addrlen);

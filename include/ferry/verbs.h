@@ -189,8 +189,34 @@ struct ferry_qp_init_attr {
 	int sq_sig_all;		/* every send WR generates a completion */
 };
 
-/* Address vector; the soft transport ignores it but keeps what it was given. */
+/*
+ * A GID (union ibv_gid): 128 bits, network byte order.  What it names on
+ * each transport: ferry(7), ADDRESSING.
+ */
+union ferry_gid {
+	uint8_t raw[16];
+	struct {
+		uint64_t subnet_prefix;	/* big-endian */
+		uint64_t interface_id;	/* big-endian */
+	} global;
+};
+
+/* The GRH half of an address vector (struct ibv_global_route). */
+struct ferry_global_route {
+	union ferry_gid dgid;
+	uint32_t flow_label;
+	uint8_t sgid_index;
+	uint8_t hop_limit;
+	uint8_t traffic_class;
+};
+
+/*
+ * Address vector (struct ibv_ah_attr).  The verbs transport passes it to
+ * the device; shm keeps what it was given and returns it from
+ * ferry_query_qp (it finds its peer through the QP exchange instead).
+ */
 struct ferry_ah_attr {
+	struct ferry_global_route grh;	/* valid when is_global */
 	uint16_t dlid;
 	uint8_t sl;
 	uint8_t src_path_bits;
@@ -286,19 +312,160 @@ struct ferry_recv_wr {
 	int num_sge;
 };
 
-/* Limits a device reports (subset of ibv_device_attr). */
+/* How atomic the device's atomics are (enum ibv_atomic_cap). */
+enum ferry_atomic_cap {
+	FERRY_ATOMIC_NONE,	/* no atomics */
+	FERRY_ATOMIC_HCA,	/* atomic among the device's own operations */
+	FERRY_ATOMIC_GLOB,	/* atomic with the CPU's too */
+};
+
+/* Bits of ferry_device_attr.device_cap_flags (enum ibv_device_cap_flags). */
+enum ferry_device_cap_flags {
+	FERRY_DEVICE_RESIZE_MAX_WR	= 1 << 0,
+	FERRY_DEVICE_BAD_PKEY_CNTR	= 1 << 1,
+	FERRY_DEVICE_BAD_QKEY_CNTR	= 1 << 2,
+	FERRY_DEVICE_RAW_MULTI		= 1 << 3,
+	FERRY_DEVICE_AUTO_PATH_MIG	= 1 << 4,
+	FERRY_DEVICE_CHANGE_PHY_PORT	= 1 << 5,
+	FERRY_DEVICE_UD_AV_PORT_ENFORCE	= 1 << 6,
+	FERRY_DEVICE_CURR_QP_STATE_MOD	= 1 << 7,
+	FERRY_DEVICE_SHUTDOWN_PORT	= 1 << 8,
+	FERRY_DEVICE_INIT_TYPE		= 1 << 9,
+	FERRY_DEVICE_PORT_ACTIVE_EVENT	= 1 << 10,
+	FERRY_DEVICE_SYS_IMAGE_GUID	= 1 << 11,
+	FERRY_DEVICE_RC_RNR_NAK_GEN	= 1 << 12, /* RNR NAKs and retries */
+	FERRY_DEVICE_SRQ_RESIZE		= 1 << 13,
+	FERRY_DEVICE_N_NOTIFY_CQ	= 1 << 14,
+	FERRY_DEVICE_MEM_WINDOW		= 1 << 17,
+	FERRY_DEVICE_UD_IP_CSUM		= 1 << 18,
+	FERRY_DEVICE_XRC		= 1 << 20,
+	FERRY_DEVICE_MEM_MGT_EXTENSIONS	= 1 << 21,
+};
+
+/*
+ * What a device reports (struct ibv_device_attr, same members in the same
+ * order, then ferry's own).  Members about objects ferry does not have yet
+ * (SRQ, memory windows, multicast, address handles, EE contexts) are 0.
+ */
 struct ferry_device_attr {
+	char fw_ver[64];
+	uint64_t node_guid;		/* big-endian */
+	uint64_t sys_image_guid;	/* big-endian */
 	uint64_t max_mr_size;
-	uint32_t max_qp;
-	uint32_t max_qp_wr;
-	uint32_t max_sge;
-	uint32_t max_cq;
-	uint32_t max_cqe;
-	uint32_t max_mr;
-	uint32_t max_pd;
+	uint64_t page_size_cap;
+	uint32_t vendor_id;
+	uint32_t vendor_part_id;
+	uint32_t hw_ver;
+	int max_qp;
+	int max_qp_wr;
+	unsigned int device_cap_flags;	/* FERRY_DEVICE_* bits */
+	int max_sge;
+	int max_sge_rd;
+	int max_cq;
+	int max_cqe;
+	int max_mr;
+	int max_pd;
+	int max_qp_rd_atom;
+	int max_ee_rd_atom;
+	int max_res_rd_atom;
+	int max_qp_init_rd_atom;
+	int max_ee_init_rd_atom;
+	enum ferry_atomic_cap atomic_cap;
+	int max_ee;
+	int max_rdd;
+	int max_mw;
+	int max_raw_ipv6_qp;
+	int max_raw_ethy_qp;
+	int max_mcast_grp;
+	int max_mcast_qp_attach;
+	int max_total_mcast_qp_attach;
+	int max_ah;
+	int max_fmr;
+	int max_map_per_fmr;
+	int max_srq;
+	int max_srq_wr;
+	int max_srq_sge;
+	uint16_t max_pkeys;
+	uint8_t local_ca_ack_delay;
+	uint8_t phys_port_cnt;
+	/* ferry's own: the largest max_inline_data a QP may ask for. */
 	uint32_t max_inline_data;
-	uint8_t max_qp_rd_atom;
-	uint8_t atomic_cap;	/* 1: atomics are atomic between all processes of the host */
+};
+
+/* Input of ferry_query_device_ex (struct ibv_query_device_ex_input). */
+struct ferry_query_device_ex_input {
+	uint32_t comp_mask;	/* must be 0 */
+};
+
+/* On-demand paging (struct ibv_odp_caps): ferry reports none. */
+struct ferry_odp_caps {
+	uint64_t general_caps;
+	struct {
+		uint32_t rc_odp_caps;
+		uint32_t uc_odp_caps;
+		uint32_t ud_odp_caps;
+	} per_transport_caps;
+};
+
+/*
+ * The extended attributes (struct ibv_device_attr_ex) as far as they mean
+ * something for ferry: its members up to device_cap_flags_ex in ibverbs'
+ * order, then xrc_odp_caps and phys_port_cnt_ex.  ibverbs' TSO, RSS,
+ * packet pacing, tag matching, CQ moderation, device memory and PCI
+ * atomic capabilities are not there.
+ */
+struct ferry_device_attr_ex {
+	struct ferry_device_attr orig_attr;
+	uint32_t comp_mask;
+	struct ferry_odp_caps odp_caps;
+	uint64_t completion_timestamp_mask;
+	uint64_t hca_core_clock;	/* kHz */
+	uint64_t device_cap_flags_ex;
+	uint32_t xrc_odp_caps;
+	uint32_t phys_port_cnt_ex;
+};
+
+/* --- ports and their addresses --- */
+
+enum ferry_port_state {
+	FERRY_PORT_NOP		= 0,
+	FERRY_PORT_DOWN		= 1,
+	FERRY_PORT_INIT		= 2,
+	FERRY_PORT_ARMED	= 3,
+	FERRY_PORT_ACTIVE	= 4,
+	FERRY_PORT_ACTIVE_DEFER	= 5,
+};
+
+enum {
+	FERRY_LINK_LAYER_UNSPECIFIED,
+	FERRY_LINK_LAYER_INFINIBAND,
+	FERRY_LINK_LAYER_ETHERNET,
+};
+
+/* A port (struct ibv_port_attr, same members in the same order). */
+struct ferry_port_attr {
+	enum ferry_port_state state;
+	enum ferry_mtu max_mtu;
+	enum ferry_mtu active_mtu;
+	int gid_tbl_len;
+	uint32_t port_cap_flags;
+	uint32_t max_msg_sz;
+	uint32_t bad_pkey_cntr;
+	uint32_t qkey_viol_cntr;
+	uint16_t pkey_tbl_len;
+	uint16_t lid;
+	uint16_t sm_lid;
+	uint8_t lmc;
+	uint8_t max_vl_num;
+	uint8_t sm_sl;
+	uint8_t subnet_timeout;
+	uint8_t init_type_reply;
+	uint8_t active_width;
+	uint8_t active_speed;
+	uint8_t phys_state;
+	uint8_t link_layer;	/* FERRY_LINK_LAYER_* */
+	uint8_t flags;
+	uint16_t port_cap_flags2;
 };
 
 /* --- devices and contexts --- */
@@ -323,6 +490,23 @@ struct ferry_context *ferry_open_transport(const char *name);
 int ferry_close_device(struct ferry_context *context);
 int ferry_query_device(struct ferry_context *context,
 		       struct ferry_device_attr *attr_p);
+/** ferry_query_device_ex - @input may be NULL; its comp_mask must be 0. */
+int ferry_query_device_ex(struct ferry_context *context,
+			  const struct ferry_query_device_ex_input *input,
+			  struct ferry_device_attr_ex *attr_p);
+/**
+ * ferry_query_port, ferry_query_gid, ferry_query_pkey - port @port_num's
+ * attributes, GID table entry @index and P_Key table entry @index (the
+ * P_Key in network byte order, as ibv_query_pkey gives it).  Ports count
+ * from 1.  On shm the first query claims the process's LID (ferry(7)).
+ */
+int ferry_query_port(struct ferry_context *context, uint8_t port_num,
+		     struct ferry_port_attr *port_attr_p);
+int ferry_query_gid(struct ferry_context *context, uint8_t port_num, int index,
+		    union ferry_gid *gid_p);
+int ferry_query_pkey(struct ferry_context *context, uint8_t port_num, int index,
+		     uint16_t *pkey_p);
+const char *ferry_port_state_str(enum ferry_port_state state);
 
 /* --- protection domains and memory --- */
 

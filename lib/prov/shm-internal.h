@@ -42,6 +42,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -478,6 +479,7 @@ struct shm_qp {
 	uint16_t pkey_index;
 	enum ferry_mtu path_mtu;
 	uint32_t rq_psn, sq_psn, dest_qp_num;
+	struct ferry_ah_attr ah_attr;	/* kept for ferry_query_qp only */
 
 	/* Send queue: posted [sq_exec, sq_head) wait; [sq_retired, sq_exec) done. */
 	uint8_t *sq;			/* sq_size slots of sq_stride bytes */
@@ -614,6 +616,13 @@ ssize_t shm_peer_rw(struct shm_conn *conn, bool write, const struct iovec *iov, 
 /* shm_qp.c: QP objects and the state machine */
 struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *attr);
 int shm_modify_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr, int mask);
+/* shm_port.c: the port and the process's LID and GID. */
+int shm_query_port(struct ferry_context *ctx, uint8_t port, struct ferry_port_attr *attr);
+int shm_query_gid(struct ferry_context *ctx, uint8_t port, int index, union ferry_gid *gid);
+int shm_query_pkey(struct ferry_context *ctx, uint8_t port, int index, uint16_t *pkey);
+struct sockaddr_un;
+/* The abstract name that LID @lid's holder binds (for tests, and the join). */
+socklen_t shm_port_lid_name(uint16_t lid, struct sockaddr_un *un);
 int shm_query_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr,
 		 struct ferry_qp_init_attr *init_attr);
 int shm_destroy_qp(struct ferry_qp *qp);

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -200,20 +201,38 @@ static int shm_close_device(struct ferry_context *ctx)
 	return 0;
 }
 
+/* What the soft device can do; SRQs, memory windows and multicast: none yet. */
 static int shm_query_device(struct ferry_context *ctx, struct ferry_device_attr *attr)
 {
+	(void)ctx;
 	memset(attr, 0, sizeof(*attr));
+	snprintf(attr->fw_ver, sizeof(attr->fw_ver), "ferry %s", PACKAGE_VERSION);
 	attr->max_mr_size = SHM_MAX_MR_SIZE;
-	attr->max_qp = 1u << 20;
+	attr->page_size_cap = ~((uint64_t)sysconf(_SC_PAGESIZE) - 1);
+	attr->max_qp = 1 << 20;
 	attr->max_qp_wr = SHM_MAX_QP_WR;
+	attr->device_cap_flags = FERRY_DEVICE_RC_RNR_NAK_GEN;
 	attr->max_sge = SHM_MAX_SGE;
-	attr->max_cq = 1u << 20;
+	attr->max_sge_rd = SHM_MAX_SGE;
+	attr->max_cq = 1 << 20;
 	attr->max_cqe = SHM_MAX_CQE;
 	attr->max_mr = SHM_MR_TABLE_ENTRIES - 1;
-	attr->max_pd = 1u << 20;
-	attr->max_inline_data = SHM_MAX_INLINE;
+	attr->max_pd = 1 << 20;
 	attr->max_qp_rd_atom = 128;
-	attr->atomic_cap = 1;
+	attr->max_res_rd_atom = 128 << 20;	/* max_qp_rd_atom for every QP */
+	attr->max_qp_init_rd_atom = 128;
+	/* CPU atomics on shared memory: atomic with the CPU's own as well. */
+	attr->atomic_cap = FERRY_ATOMIC_GLOB;
+	attr->max_pkeys = 1;
+	attr->phys_port_cnt = 1;
+	attr->max_inline_data = SHM_MAX_INLINE;
+	return 0;
+}
+
+static int shm_query_device_ex(struct ferry_context *ctx, struct ferry_device_attr_ex *attr)
+{
+	(void)ctx;
+	attr->phys_port_cnt_ex = 1;
 	return 0;
 }
 
@@ -1168,6 +1187,10 @@ const struct ferry_provider ferry_shm_provider = {
 	.open_device = shm_open_device,
 	.close_device = shm_close_device,
 	.query_device = shm_query_device,
+	.query_device_ex = shm_query_device_ex,
+	.query_port = shm_query_port,
+	.query_gid = shm_query_gid,
+	.query_pkey = shm_query_pkey,
 	.alloc_pd = shm_alloc_pd,
 	.alloc_pd_small = shm_alloc_pd_small,
 	.dealloc_pd = shm_dealloc_pd,

@@ -192,6 +192,8 @@ static void shm_qp_apply_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, 
 		qp->path_mtu = a->path_mtu;
 	if (mask & FERRY_QP_DEST_QPN)
 		qp->dest_qp_num = a->dest_qp_num;
+	if (mask & FERRY_QP_AV)
+		qp->ah_attr = a->ah_attr;
 	if (mask & FERRY_QP_RQ_PSN)
 		qp->rq_psn = a->rq_psn;
 	if (mask & FERRY_QP_SQ_PSN)
@@ -332,7 +334,9 @@ int shm_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
 	a->max_dest_rd_atomic = qp->max_dest_rd_atomic;
 	a->min_rnr_timer = qp->min_rnr_timer;
 	a->port_num = qp->port_num;
-	a->ah_attr.port_num = qp->port_num;
+	a->ah_attr = qp->ah_attr;
+	if (!a->ah_attr.port_num)
+		a->ah_attr.port_num = qp->port_num;
 	a->timeout = qp->timeout;
 	a->retry_cnt = qp->retry_cnt;
 	a->rnr_retry = qp->rnr_retry;

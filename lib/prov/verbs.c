@@ -132,6 +132,35 @@ static int verbs_close_device(struct ferry_context *ctx)
 	return 0;
 }
 
+/*
+ * ferry's device, port and GID structs are libibverbs' member for member
+ * (ferry_device_attr up to phys_port_cnt, then ferry's own): the queries
+ * copy them whole.
+ */
+_Static_assert(offsetof(struct ferry_device_attr, phys_port_cnt) ==
+	       offsetof(struct ibv_device_attr, phys_port_cnt) &&
+	       offsetof(struct ferry_device_attr, max_srq) ==
+	       offsetof(struct ibv_device_attr, max_srq) &&
+	       offsetof(struct ferry_device_attr, atomic_cap) ==
+	       offsetof(struct ibv_device_attr, atomic_cap),
+	       "struct ferry_device_attr is not laid out as struct ibv_device_attr");
+_Static_assert(sizeof(struct ferry_port_attr) == sizeof(struct ibv_port_attr) &&
+	       offsetof(struct ferry_port_attr, lid) == offsetof(struct ibv_port_attr, lid) &&
+	       offsetof(struct ferry_port_attr, link_layer) ==
+	       offsetof(struct ibv_port_attr, link_layer) &&
+	       offsetof(struct ferry_port_attr, port_cap_flags2) ==
+	       offsetof(struct ibv_port_attr, port_cap_flags2),
+	       "struct ferry_port_attr is not laid out as struct ibv_port_attr");
+_Static_assert(sizeof(union ferry_gid) == sizeof(union ibv_gid),
+	       "union ferry_gid is not union ibv_gid");
+_Static_assert((int)FERRY_LINK_LAYER_ETHERNET == (int)IBV_LINK_LAYER_ETHERNET &&
+	       (int)FERRY_PORT_ACTIVE == (int)IBV_PORT_ACTIVE &&
+	       (int)FERRY_ATOMIC_GLOB == (int)IBV_ATOMIC_GLOB &&
+	       (int)FERRY_DEVICE_RC_RNR_NAK_GEN == (int)IBV_DEVICE_RC_RNR_NAK_GEN &&
+	       (int)FERRY_DEVICE_MEM_MGT_EXTENSIONS == (int)IBV_DEVICE_MEM_MGT_EXTENSIONS,
+	       "port and atomic enums differ from ibverbs");
+
+/* The device's own attributes, with ferry's max_inline_data. */
 static int verbs_query_device(struct ferry_context *ctx, struct ferry_device_attr *attr)
 {
 	struct verbs_device *vdev = to_vctx(ctx)->vdev;
@@ -140,18 +169,63 @@ static int verbs_query_device(struct ferry_context *ctx, struct ferry_device_att
 	if (verbs_ret(ibv_query_device(vdev->ibv, &d)))
 		return -1;
 	memset(attr, 0, sizeof(*attr));
-	attr->max_mr_size = d.max_mr_size;
-	attr->max_qp = (uint32_t)d.max_qp;
-	attr->max_qp_wr = (uint32_t)d.max_qp_wr;
-	attr->max_sge = (uint32_t)d.max_sge;
-	attr->max_cq = (uint32_t)d.max_cq;
-	attr->max_cqe = (uint32_t)d.max_cqe;
-	attr->max_mr = (uint32_t)d.max_mr;
-	attr->max_pd = (uint32_t)d.max_pd;
-	attr->max_qp_rd_atom = (uint8_t)(d.max_qp_rd_atom > 255 ? 255 : d.max_qp_rd_atom);
+	memcpy(attr, &d, offsetof(struct ibv_device_attr, phys_port_cnt) + sizeof(d.phys_port_cnt));
 	attr->max_inline_data = verbs_device_max_inline(vdev);
-	/* One device serves the whole host: HCA-wide atomicity is host-wide. */
-	attr->atomic_cap = d.atomic_cap != IBV_ATOMIC_NONE;
+	return 0;
+}
+
+static int verbs_query_device_ex(struct ferry_context *ctx, struct ferry_device_attr_ex *attr)
+{
+	struct verbs_device *vdev = to_vctx(ctx)->vdev;
+	struct ibv_device_attr_ex d;
+
+	memset(&d, 0, sizeof(d));
+	if (verbs_ret(ibv_query_device_ex(vdev->ibv, NULL, &d)))
+		return -1;
+	attr->comp_mask = d.comp_mask;
+	attr->odp_caps.general_caps = d.odp_caps.general_caps;
+	attr->odp_caps.per_transport_caps.rc_odp_caps = d.odp_caps.per_transport_caps.rc_odp_caps;
+	attr->odp_caps.per_transport_caps.uc_odp_caps = d.odp_caps.per_transport_caps.uc_odp_caps;
+	attr->odp_caps.per_transport_caps.ud_odp_caps = d.odp_caps.per_transport_caps.ud_odp_caps;
+	attr->completion_timestamp_mask = d.completion_timestamp_mask;
+	attr->hca_core_clock = d.hca_core_clock;
+	attr->device_cap_flags_ex = d.device_cap_flags_ex;
+	attr->xrc_odp_caps = d.xrc_odp_caps;
+	attr->phys_port_cnt_ex = d.phys_port_cnt_ex;
+	return 0;
+}
+
+/* The device's port, GID and P_Key tables, as the kernel reports them. */
+static int verbs_query_port(struct ferry_context *ctx, uint8_t port, struct ferry_port_attr *attr)
+{
+	struct ibv_port_attr p;
+
+	if (verbs_ret(ibv_query_port(to_vctx(ctx)->vdev->ibv, port, &p)))
+		return -1;
+	memcpy(attr, &p, sizeof(*attr));
+	return 0;
+}
+
+static int verbs_query_gid(struct ferry_context *ctx, uint8_t port, int index,
+			   union ferry_gid *gid)
+{
+	union ibv_gid g;
+
+	errno = 0;
+	if (verbs_ret_errno(ibv_query_gid(to_vctx(ctx)->vdev->ibv, port, index, &g)))
+		return -1;
+	memcpy(gid, &g, sizeof(*gid));
+	return 0;
+}
+
+static int verbs_query_pkey(struct ferry_context *ctx, uint8_t port, int index, uint16_t *pkey)
+{
+	__be16 p;
+
+	errno = 0;
+	if (verbs_ret_errno(ibv_query_pkey(to_vctx(ctx)->vdev->ibv, port, index, &p)))
+		return -1;
+	*pkey = (uint16_t)p;
 	return 0;
 }
 
@@ -329,6 +403,10 @@ const struct ferry_provider ferry_verbs_provider = {
 	.open_device = verbs_open_device,
 	.close_device = verbs_close_device,
 	.query_device = verbs_query_device,
+	.query_device_ex = verbs_query_device_ex,
+	.query_port = verbs_query_port,
+	.query_gid = verbs_query_gid,
+	.query_pkey = verbs_query_pkey,
 	.alloc_pd = verbs_alloc_pd,
 	.dealloc_pd = verbs_dealloc_pd,
 	.reg_mr = verbs_reg_mr,

@@ -271,6 +271,11 @@ out_unlock:
 
 static void verbs_ah_from_ibv(struct ferry_ah_attr *out, const struct ibv_ah_attr *in)
 {
+	memcpy(&out->grh.dgid, &in->grh.dgid, sizeof(out->grh.dgid));
+	out->grh.flow_label = in->grh.flow_label;
+	out->grh.sgid_index = in->grh.sgid_index;
+	out->grh.hop_limit = in->grh.hop_limit;
+	out->grh.traffic_class = in->grh.traffic_class;
 	out->dlid = in->dlid;
 	out->sl = in->sl;
 	out->src_path_bits = in->src_path_bits;

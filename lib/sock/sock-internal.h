@@ -246,6 +246,8 @@ struct ferry_sock {
 	struct ferry_context *req_ctx;
 	struct ferry_sock *next;	/* in a listener's list */
 	int backlog, nready;
+	/* Listener: connections ever queued ready, for EPOLLET (sock_epoll.c). */
+	unsigned int arrivals;
 	/* Listener: its port is held by a kernel TCP listener beside it (the
 	 * shim's), so a client it refuses goes over TCP; it refuses rather
 	 * than take the descriptors the program needs (sock_fds_short). */
@@ -470,6 +472,12 @@ void sock_iomap_free_all(struct ferry_sock *s);
 /* What of @events (POLLIN, POLLOUT, ...) @s has now, after taking its
  * completions and CM events. */
 short sock_revents(struct ferry_sock *s, short events);
+
+/* --- sock_epoll.c --- */
+/* ferry_sock_close on an epoll set of ours; -1 + EBADF if @fd is none. */
+int sock_epoll_close(int fd);
+/* Socket @s is closing: out of every epoll set, and of every sleep. */
+void sock_epoll_forget(struct ferry_sock *s);
 
 /* --- sock_wait.c --- */
 uint64_t sock_now_ns(void);

@@ -571,6 +571,7 @@ void sock_forget(int fd)
 
 	if (!s)
 		return;
+	sock_epoll_forget(s);
 	sock_table_clear(fd);
 	sock_ka_forget(s);
 	s->detached = true;
@@ -589,8 +590,15 @@ int ferry_sock_close(int fd)
 {
 	struct ferry_sock *s = sock_get(fd);
 
-	if (!s)
-		return -1;
+	if (!s) {
+		int e = errno;
+
+		/* rsocket's rclose closes its epoll sets too. */
+		if (e == ENOTSOCK && sock_epoll_close(fd) == 0)
+			return 0;
+		return ERR(e);
+	}
+	sock_epoll_forget(s);
 	sock_table_clear(fd);
 	sock_ka_forget(s);
 	if (sock_is_connected(s))

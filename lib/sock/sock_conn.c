@@ -921,6 +921,7 @@ static void sock_conn_passive_event(struct ferry_sock *l, struct ferry_cm_event 
 		l->ready = s;
 	l->ready_tail = s;
 	l->nready++;
+	__atomic_store_n(&l->arrivals, l->arrivals + 1, __ATOMIC_RELAXED);
 }
 
 struct ferry_sock *sock_conn_take_ready(struct ferry_sock *l)
@@ -946,6 +947,7 @@ void sock_conn_put_back(struct ferry_sock *l, struct ferry_sock *s)
 	if (!l->ready_tail)
 		l->ready_tail = s;
 	l->nready++;
+	__atomic_store_n(&l->arrivals, l->arrivals + 1, __ATOMIC_RELAXED);
 }
 
 /*
