@@ -11,7 +11,10 @@
  *     process: the next SEND must reach nothing, never that process;
  *   - the same memory of a live peer: reached when the peer is of our
  *     user, never when it is another user's (root must not write where
- *     TCP would not let it).
+ *     TCP would not let it);
+ *   - everything of ours a peer has mapped, written over, and what it
+ *     cannot map writable tried with mprotect: only the pages of the MRs
+ *     it may write change, and none once the MR is deregistered.
  */
 #include "config.h"
 
@@ -180,7 +183,7 @@ static pid_t hm_spawn_victim(pid_t want, int ready, int go)
  * its pid, and its control socket in *ctl_p.
  */
 static pid_t hm_connect(int (*child)(int, int, void *), void *arg, struct tu_end *e,
-			int *ctl_p)
+			int *ctl_p, void (*setup)(struct tu_end *, void *), void *setup_arg)
 {
 	struct tu_remote mine, peer;
 	pid_t pid;
@@ -188,6 +191,8 @@ static pid_t hm_connect(int (*child)(int, int, void *), void *arg, struct tu_end
 
 	pid = tu_fork(child, arg, &sock, ctl_p);
 	tu_end_open(e, &(struct tu_opts){ 0 });
+	if (setup)
+		setup(e, setup_arg);	/* registered before the exchange */
 	mine = (struct tu_remote){ (uintptr_t)e->buf, e->len, e->mr->rkey, e->qp->qp_num,
 				   0, 0, 0, 0 };
 	ck_assert_int_eq(tu_msg_send(sock, &mine, sizeof(mine)), 0);
@@ -210,7 +215,7 @@ START_TEST(test_pid_reuse)
 		HM_SKIP("test_pid_reuse", "cross-memory access is the shm transport's");
 	if (geteuid() != 0 || access("/proc/sys/kernel/ns_last_pid", W_OK) != 0)
 		HM_SKIP("test_pid_reuse", "needs root to pick the pid of a new process");
-	cpid = hm_connect(hm_peer_child, NULL, &e, &ctl);
+	cpid = hm_connect(hm_peer_child, NULL, &e, &ctl, NULL, NULL);
 	ck_assert_int_eq(tu_recv_u32(ctl, &holder, TU_WAIT_MS), 0);
 	ck_assert_int_eq(waitpid(cpid, &status, 0), cpid);
 	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -303,7 +308,7 @@ static bool hm_plain_run(uid_t uid)
 	pid_t pid;
 	int ctl;
 
-	pid = hm_connect(hm_plain_child, &arg, &e, &ctl);
+	pid = hm_connect(hm_plain_child, &arg, &e, &ctl, NULL, NULL);
 	ck_assert_int_eq(tu_msg_recv(ctl, &plain, sizeof(plain), TU_WAIT_MS), 0);
 	memset(e.buf, HM_PAYLOAD, 64);
 	tu_fill(e.buf + 1024, 512, 9);
@@ -354,6 +359,145 @@ START_TEST(test_plain_memory_other_user)
 }
 END_TEST
 
+/* --- what a peer may map of our memory --- */
+
+/* Where the attacker writes: everything of ours it can map writable. */
+#define HM_W_OURS 0x11		/* bytes the peer must never change */
+#define HM_W_RO 0x22		/* a region it may only read */
+#define HM_W_FIRST 0xee		/* what it writes while the MR lives */
+#define HM_W_AFTER 0x77		/* what it writes after the MR is gone */
+#define HM_W_FRESH 0x33		/* ours, after the dereg */
+
+/* Every writable mapping of another process's ferry_alloc memory here,
+ * after trying to make the read-only ones writable; *upgraded counts
+ * those the kernel let us. */
+static int hm_foreign_mappings(uint8_t **start, size_t *len, int max, int *upgraded)
+{
+	char line[512], path[256], perms[8];
+	unsigned long s, e, off, ino;
+	FILE *f = fopen("/proc/self/maps", "r");
+	int n = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f) && n < max) {
+		path[0] = '\0';
+		if (sscanf(line, "%lx-%lx %7s %lx %*s %lu %255s", &s, &e, perms, &off, &ino,
+			   path) < 6 || !strstr(path, "memfd:ferry-alloc") ||
+		    ferry_block_is_own_inode(ino))
+			continue;
+		if (perms[1] != 'w') {
+			if (mprotect((void *)s, e - s, PROT_READ | PROT_WRITE) != 0)
+				continue;
+			(*upgraded)++;
+		}
+		start[n] = (uint8_t *)s;
+		len[n++] = e - s;
+	}
+	fclose(f);
+	return n;
+}
+
+/* The attacker: connects, writes HM_W_FIRST over all it can map of ours,
+ * reports, and on the word to go on writes HM_W_AFTER over the same. */
+static int hm_window_child(int sock, int ctl, void *arg)
+{
+	const struct hm_plain_arg *pa = arg;
+	uint8_t *start[64];
+	size_t len[64];
+	struct tu_remote peer;
+	struct tu_end e;
+	int n, upgraded = 0;
+	uint32_t go;
+
+	if (pa->uid)
+		TU_CHILD_CHECK(setresgid(pa->uid, pa->uid, pa->uid) == 0 &&
+			       setresuid(pa->uid, pa->uid, pa->uid) == 0);
+	tu_child_connect(&e, &(struct tu_opts){ 0 }, sock, &peer);
+	n = hm_foreign_mappings(start, len, 64, &upgraded);
+	TU_CHILD_CHECK(n > 0);
+	for (int i = 0; i < n; i++)
+		memset(start[i], HM_W_FIRST, len[i]);
+	TU_CHILD_CHECK(tu_send_u32(ctl, (uint32_t)upgraded) == 0);
+	TU_CHILD_CHECK(tu_recv_u32(ctl, &go, TU_WAIT_MS) == 0);
+	for (int i = 0; i < n; i++)
+		memset(start[i], HM_W_AFTER, len[i]);
+	TU_CHILD_CHECK(tu_send_u32(ctl, 1) == 0);
+	TU_CHILD_CHECK(tu_recv_u32(ctl, &go, TU_WAIT_MS) == 0);
+	_exit(0);
+}
+
+/* The MRs the attacker's peer holds: one that spans two of four pages of
+ * a block, read-write, and a read-only one over a whole block. */
+struct hm_window_mem {
+	uint8_t *block, *ro;
+	struct ferry_mr *mr, *ro_mr;
+};
+
+static void hm_window_setup(struct tu_end *e, void *arg)
+{
+	struct hm_window_mem *w = arg;
+
+	w->block = ferry_alloc(4 * HM_PAGE);
+	w->ro = ferry_alloc(2 * HM_PAGE);
+	ck_assert_ptr_nonnull(w->block);
+	ck_assert_ptr_nonnull(w->ro);
+	memset(w->block, HM_W_OURS, 4 * HM_PAGE);
+	memset(w->ro, HM_W_RO, 2 * HM_PAGE);
+	/* [page 1 + 100, page 2 + 200): pages 1 and 2 are what it spans. */
+	w->mr = ferry_reg_mr(e->pd, w->block + HM_PAGE + 100, HM_PAGE + 100,
+			     FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE |
+			     FERRY_ACCESS_REMOTE_READ);
+	w->ro_mr = ferry_reg_mr(e->pd, w->ro, 2 * HM_PAGE, FERRY_ACCESS_REMOTE_READ);
+	ck_assert_ptr_nonnull(w->mr);
+	ck_assert_ptr_nonnull(w->ro_mr);
+}
+
+START_TEST(test_windows)
+{
+	struct hm_plain_arg arg = { geteuid() == 0 ? 65534 : 0 };
+	struct hm_window_mem w;
+	uint32_t upgraded, done;
+	struct tu_end e;
+	pid_t pid;
+	int ctl;
+
+	if (!tu_on_shm())
+		HM_SKIP("test_windows", "shared mappings are the shm transport's");
+	pid = hm_connect(hm_window_child, &arg, &e, &ctl, hm_window_setup, &w);
+	ck_assert_int_eq(tu_recv_u32(ctl, &upgraded, TU_WAIT_MS), 0);
+	ck_assert_msg(upgraded == 0, "the peer made %u read-only mappings of ours writable",
+		      upgraded);
+	ck_assert_msg(tu_all_bytes(w.block, HM_PAGE, HM_W_OURS) &&
+		      tu_all_bytes(w.block + 3 * HM_PAGE, HM_PAGE, HM_W_OURS),
+		      "the peer wrote into pages of a block that no MR of it spans");
+	ck_assert_msg(tu_all_bytes(w.ro, 2 * HM_PAGE, HM_W_RO),
+		      "the peer wrote into an MR registered for remote reads only");
+	ck_assert_msg(tu_all_bytes(w.block + HM_PAGE + 100, HM_PAGE + 100, HM_W_FIRST),
+		      "the peer could not write the MR it was given");
+
+	/* Deregistered: the pages are ours alone again, whatever it writes. */
+	ck_assert_int_eq(ferry_dereg_mr(w.mr), 0);
+	ck_assert_msg(tu_all_bytes(w.block + HM_PAGE + 100, HM_PAGE + 100, HM_W_FIRST),
+		      "taking the window back lost what it held");
+	memset(w.block + HM_PAGE, HM_W_FRESH, 2 * HM_PAGE);
+	ck_assert_int_eq(tu_send_u32(ctl, 1), 0);
+	ck_assert_int_eq(tu_recv_u32(ctl, &done, TU_WAIT_MS), 0);
+	ck_assert_msg(tu_all_bytes(w.block + HM_PAGE, 2 * HM_PAGE, HM_W_FRESH),
+		      "the peer still writes an MR after ferry_dereg_mr");
+	ck_assert_msg(tu_all_bytes(w.block, HM_PAGE, HM_W_OURS) &&
+		      tu_all_bytes(w.block + 3 * HM_PAGE, HM_PAGE, HM_W_OURS),
+		      "the rest of the block changed");
+	ck_assert_int_eq(tu_send_u32(ctl, 1), 0);
+	ck_assert_int_eq(tu_wait_child(pid, TU_WAIT_MS), 0);
+	ck_assert_int_eq(ferry_dereg_mr(w.ro_mr), 0);
+	ferry_free(w.block);
+	ferry_free(w.ro);
+	close(ctl);
+	tu_end_close(&e);
+}
+END_TEST
+
 Suite *hostile_mem_suite(void)
 {
 	Suite *s = suite_create("hostile_mem");
@@ -364,6 +508,7 @@ Suite *hostile_mem_suite(void)
 	tcase_add_test(tc, test_pid_reuse);
 	tcase_add_test(tc, test_plain_memory_same_user);
 	tcase_add_test(tc, test_plain_memory_other_user);
+	tcase_add_test(tc, test_windows);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -84,8 +84,8 @@ struct shm_mr_entry {
 	uint32_t access;	/* enum ferry_access_flags */
 	uint64_t addr;		/* virtual address in the owner */
 	uint64_t length;
-	uint64_t block_id;	/* ferry_alloc block holding it, 0 if none */
-	uint64_t block_offset;	/* addr - block start */
+	uint64_t block_id;	/* window of it (ferry_block_share), 0 if none */
+	uint64_t block_offset;	/* addr - the window's start */
 	uint32_t gen;		/* owner's: generation of the slot's last key */
 	uint32_t pad;
 };
@@ -334,8 +334,8 @@ struct shm_pd {
 struct shm_mr {
 	struct ferry_mr mr;
 	uint32_t index;
-	uint64_t block_id;
-	size_t block_size;
+	uint64_t block_id;		/* the window peers reach it through, 0: none */
+	uint64_t block_offset;		/* addr's offset in that window */
 };
 
 /*

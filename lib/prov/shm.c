@@ -477,10 +477,10 @@ const struct shm_mr_entry *shm_pd_next_entry(struct shm_pd *spd, uint32_t *pos)
 }
 
 /*
- * Tell every connected peer of the PD about a block it can now reach, and
- * every peer whose exchange has had our blocks already (it takes this one
+ * Tell every connected peer of the PD about a window it can now reach, and
+ * every peer whose exchange has had our windows already (it takes this one
  * before the exchange completes, or later as established peers do).
- * Announcing happens before ferry_reg_mr returns, so the block's fd is in
+ * Announcing happens before ferry_reg_mr returns, so the window's fd is in
  * the peer's socket before the rkey can possibly reach it.
  */
 static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
@@ -493,7 +493,7 @@ static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
 		ferry_lock(&qp->sq_lock);
 		conn = shm_qp_announce_conn(qp);
 		if (conn && fd < 0)
-			fd = ferry_block_dup_fd(block_id);
+			fd = ferry_block_window_fd(block_id);
 		if (conn && fd >= 0)
 			shm_conn_announce_block(conn, block_id, fd);
 		ferry_unlock(&qp->sq_lock);
@@ -502,13 +502,40 @@ static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
 		close(fd);
 }
 
+/*
+ * The window peers reach [addr, addr+len) through, if it is ferry_alloc
+ * memory they may touch: for one-sided access, or for SENDs into receive
+ * buffers (LOCAL_WRITE).  Read-only unless they may write.  Memory of no
+ * block, or a span that overlaps another MR's window (two files cannot
+ * hold the same pages), is reached only as plain memory (shm_peer.c: a
+ * peer of our user).  0, or -1 with errno set for a real failure.
+ */
+static int shm_mr_share(struct shm_mr *smr, void *addr, size_t len, int access)
+{
+	bool write = access & (FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE |
+			       FERRY_ACCESS_REMOTE_ATOMIC);
+
+	if (!access || !len)
+		return 0;
+	if (ferry_block_share(addr, len, write, &smr->block_id, &smr->block_offset) == 0)
+		return 0;
+	smr->block_id = 0;
+	if (errno == EINVAL)
+		return 0;	/* no ferry_alloc memory */
+	if (errno == EBUSY) {
+		ferry_info("MR at %p (%zu bytes) shares pages with another MR's: peers of "
+			   "another user cannot reach it", addr, len);
+		return 0;
+	}
+	return -1;
+}
+
 static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, int access)
 {
 	struct shm_pd *spd = to_spd(pd);
 	bool remote = access & (FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_READ |
 				FERRY_ACCESS_REMOTE_ATOMIC);
 	struct shm_mr_entry *e;
-	struct ferry_block blk;
 	struct shm_mr *smr;
 	uint32_t idx, key;
 
@@ -519,12 +546,8 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	smr = calloc(1, sizeof(*smr));
 	if (!smr)
 		return NULL;
-	/* The block's fd stays the block's: announcements take a copy for
-	 * the time they need it, an MR holds none. */
-	if (ferry_block_find(addr, len, &blk)) {
-		smr->block_id = blk.id;
-		smr->block_size = blk.size;
-	}
+	if (shm_mr_share(smr, addr, len, access) < 0)
+		goto err_free;
 
 	pthread_mutex_lock(&spd->lock);
 	if (remote) {
@@ -544,11 +567,9 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	e->addr = (uintptr_t)addr;
 	e->length = len;
 	e->block_id = smr->block_id;
-	e->block_offset = smr->block_id ? (uintptr_t)addr - (uintptr_t)blk.addr : 0;
+	e->block_offset = smr->block_offset;
 	atomic_store_explicit(&e->rkey, key, memory_order_release);
-	/* Peers need the block for one-sided access, and for SENDs into
-	 * receive buffers (LOCAL_WRITE): announce it for either. */
-	if (smr->block_id && access)
+	if (smr->block_id)
 		shm_pd_announce(spd, smr->block_id);
 	pthread_mutex_unlock(&spd->lock);
 
@@ -563,6 +584,8 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	return &smr->mr;
 
 err_free:
+	if (smr->block_id)
+		ferry_block_unshare(smr->block_id);
 	free(smr);
 	return NULL;
 }
@@ -578,6 +601,10 @@ static int shm_dereg_mr(struct ferry_mr *mr)
 	if (e && (!spd->detached || (smr->index & SHM_KEY_LOCAL)))
 		atomic_store_explicit(&e->rkey, 0, memory_order_release);
 	pthread_mutex_unlock(&spd->lock);
+	/* The key is gone from the table first: peers of ours stop using the
+	 * window before it is taken from them. */
+	if (smr->block_id)
+		ferry_block_unshare(smr->block_id);
 	free(smr);
 	return 0;
 }

@@ -597,8 +597,8 @@ void shm_conn_destroy(struct shm_conn *conn)
 }
 
 /*
- * Announce every block of the PD's writable or remote-accessible MRs (SEND
- * targets and one-sided targets) to a new peer;
+ * Announce the window of every MR of the PD that has one (SEND targets and
+ * one-sided targets: shm_mr_share) to a new peer;
  * sq_lock held.  The table is read without the PD lock (reg_mr takes the PD
  * lock and then our sq_lock): an MR registered too late for this scan is
  * announced by reg_mr itself, which waits for our sq_lock and then finds
@@ -622,7 +622,7 @@ static int shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 		if (!id)
 			continue;
 		errno = 0;
-		fd = ferry_block_dup_fd(id);
+		fd = ferry_block_window_fd(id);
 		if (fd < 0) {
 			/* Freed meanwhile is fine; out of descriptors is not:
 			 * the peer would connect without the block and find
@@ -899,17 +899,25 @@ static struct shm_mapping *shm_conn_find_block(struct shm_conn *conn, uint64_t i
 	return NULL;
 }
 
-/* Map the peer's block @id from @fd (which this closes). */
+/*
+ * Map the peer's window @id from @fd (which this closes): read-write, or
+ * read-only if that is how the peer opened it (a window of MRs we may
+ * only read).  What we write into must then be mapped writable
+ * (shm_conn_peer_block's callers check), or a hostile peer could have us
+ * fault on its read-only pages.
+ */
 static void shm_conn_take_block(struct shm_conn *conn, uint64_t id, int fd)
 {
 	struct shm_mapping *map = NULL;
+	int fl = fcntl(fd, F_GETFL);
+	int prot = fl >= 0 && (fl & O_ACCMODE) == O_RDONLY ? PROT_READ : PROT_READ | PROT_WRITE;
 
 	/* A peer in another process handing back one of our own blocks would
 	 * have us write our memory where it chooses: refuse. */
 	if (conn->peer_pid != ferry_pid() && ferry_block_is_own_inode(ferry_fd_inode(fd)))
 		ferry_warn("peer passed back one of our own memory blocks");
 	else if (!shm_conn_find_block(conn, id))
-		map = shm_map_fd(fd, 1, PROT_READ | PROT_WRITE);
+		map = shm_map_fd(fd, 1, prot);
 	close(fd);
 	if (!map)
 		return;

@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -303,12 +304,21 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
 	map = shm_conn_peer_block(conn, block_id);
 	off = block_off + (raddr - addr);
 	if (!map || off < block_off || off > map->size || len > map->size - off) {
-		ferry_info("rkey 0x%x: the peer's memory block %llu is not mapped here",
+		ferry_info("rkey 0x%x: the peer's memory window %llu is not mapped here",
 			   rkey, (unsigned long long)block_id);
 		return FERRY_WC_REM_ACCESS_ERR;
 	}
+	/* The peer decides what it lets us map writable, whatever its table says. */
+	if (!(map->prot & PROT_WRITE)) {
+		access &= FERRY_ACCESS_REMOTE_READ;
+		if (need != FERRY_ACCESS_REMOTE_READ) {
+			ferry_info("rkey 0x%x: the peer's window %llu is read-only", rkey,
+				   (unsigned long long)block_id);
+			return FERRY_WC_REM_ACCESS_ERR;
+		}
+	}
 	seg->ptr = (uint8_t *)map->addr + off;
-	/* Cache only what the block mapping fully covers. */
+	/* Cache only what the window mapping fully covers. */
 	if (block_off <= map->size && length <= map->size - block_off) {
 		conn->rkey_cached = rkey;
 		conn->rkey_access = access;
@@ -367,7 +377,8 @@ static enum ferry_wc_status shm_peer_recv_segs(struct shm_qp *qp, struct shm_con
 		if (!g.block_id || !g.length)
 			continue;
 		map = shm_conn_peer_block(conn, g.block_id);
-		if (!map || g.addr > map->size || g.length > map->size - g.addr)
+		if (!map || !(map->prot & PROT_WRITE) || g.addr > map->size ||
+		    g.length > map->size - g.addr)
 			return FERRY_WC_REM_OP_ERR;
 		segs[i].ptr = (uint8_t *)map->addr + g.addr;
 	}

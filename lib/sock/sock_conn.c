@@ -458,6 +458,15 @@ void sock_conn_teardown(struct ferry_sock *s)
 		s->cch = NULL;
 	}
 	sock_iomap_free_all(s);
+	/*
+	 * The ring goes before its MR: deregistering memory a peer has
+	 * mapped takes it back from the peer by moving its pages (a copy,
+	 * ferry_block_share), which memory freed first never needs.  (Over
+	 * verbs the registration holds its pages until the dereg that
+	 * follows.)
+	 */
+	if (s->rbuf)
+		ferry_free(s->rbuf);
 	if (s->smr)
 		ferry_dereg_mr(s->smr);
 	if (s->rmr)
@@ -465,8 +474,6 @@ void sock_conn_teardown(struct ferry_sock *s)
 	s->smr = s->rmr = NULL;
 	if (s->sbuf)
 		munmap(s->sbuf, s->sbuf_size);
-	if (s->rbuf)
-		ferry_free(s->rbuf);
 	s->sbuf = s->rbuf = NULL;
 	if (s->pd && ferry_dealloc_pd(s->pd) < 0)
 		ferry_warn("socket %d: releasing its PD: %m", s->fd);
