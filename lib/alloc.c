@@ -41,7 +41,13 @@ struct ferry_window {
 	bool base;		/* that file is the block's own (a whole-block span) */
 	unsigned long ino;
 	uint64_t id_rw, id_ro;	/* ids given out for each kind of descriptor; 0: none */
+	/* Their previous values, before ferry_block_renew gave new ones: the
+	 * other registrations of the span still name it by those. */
+	uint64_t old_rw, old_ro;
 	int refs;		/* registrations sharing it */
+	const void *owner;	/* who registered it (a PD), unless ... */
+	bool owners;		/* ... several did: then it is never renewed */
+	bool out;		/* a descriptor of it was handed out since it was made */
 	struct ferry_window *next;
 };
 
@@ -356,7 +362,8 @@ static struct ferry_window *window_find_locked(uint64_t id, struct ferry_block *
 
 	for (i = 0; id && i < nblocks; i++) {
 		for (w = blocks[i].windows; w; w = w->next) {
-			if (w->id_rw == id || w->id_ro == id) {
+			if (w->id_rw == id || w->id_ro == id || w->old_rw == id ||
+			    w->old_ro == id) {
 				*blk_p = &blocks[i];
 				return w;
 			}
@@ -444,8 +451,8 @@ static struct ferry_window *window_new_locked(struct ferry_block *blk, size_t of
 	return w;
 }
 
-int ferry_block_share(const void *addr, size_t len, bool writable, uint64_t *id_p,
-		      uint64_t *off_p)
+int ferry_block_share(const void *addr, size_t len, bool writable, const void *owner,
+		      uint64_t *id_p, uint64_t *off_p)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), start, end;
 	struct ferry_window *w, *same = NULL;
@@ -473,7 +480,10 @@ int ferry_block_share(const void *addr, size_t len, bool writable, uint64_t *id_
 	id = writable ? &same->id_rw : &same->id_ro;
 	if (!*id)
 		*id = next_block_id++;
-	same->refs++;
+	if (same->refs++ == 0)
+		same->owner = owner;
+	else if (same->owner != owner)
+		same->owners = true;
 	*id_p = *id;
 	*off_p = (uintptr_t)addr - (uintptr_t)blk->addr - start;
 	pthread_mutex_unlock(&blocks_lock);
@@ -484,8 +494,14 @@ int ferry_block_share(const void *addr, size_t len, bool writable, uint64_t *id_
 static void window_revoke_locked(struct ferry_block *blk, struct ferry_window *w)
 {
 	struct ferry_window **pp;
-	int nfd;
+	int nfd = -1;
 
+	if (!w->out) {
+		/* Nobody has it: its pages stay where they are. */
+		if (!w->base && w->fd >= 0)
+			close(w->fd);	/* our mapping keeps the file */
+		goto unlink;
+	}
 	nfd = window_move((uint8_t *)blk->addr + w->off, w->len, w->fd, 0);
 	if (nfd < 0)
 		ferry_err("a peer keeps access to %zu bytes at %p it was given: %m", w->len,
@@ -502,6 +518,7 @@ static void window_revoke_locked(struct ferry_block *blk, struct ferry_window *w
 			close(w->fd);
 		blk->patched = true;
 	}
+unlink:
 	for (pp = &blk->windows; *pp != w; pp = &(*pp)->next)
 		;
 	*pp = w->next;
@@ -531,6 +548,8 @@ int ferry_block_window_fd(uint64_t id)
 	w = window_find_locked(id, &blk);
 	if (!w || w->fd < 0) {
 		errno = EBADF;	/* freed, or its descriptor dropped */
+	} else if (id != w->id_rw && id != w->id_ro) {
+		errno = ESTALE;		/* renewed since: the registration's id is newer */
 	} else if (id == w->id_rw) {
 		fd = ferry_fd_dup(w->fd);
 	} else {
@@ -542,6 +561,64 @@ int ferry_block_window_fd(uint64_t id)
 		else
 			fd = ferry_fd_park(fd);
 	}
+	if (fd >= 0)
+		w->out = true;
 	pthread_mutex_unlock(&blocks_lock);
 	return fd;
+}
+
+/*
+ * Move window @w of @blk to a new file, the peers that had it left with
+ * the old one, and give it new ids; blocks_lock held.  The base window
+ * (a whole block) makes the new file the block's.
+ */
+static int window_renew_locked(struct ferry_block *blk, struct ferry_window *w)
+{
+	int nfd = window_move((uint8_t *)blk->addr + w->off, w->len, w->fd, 0);
+
+	if (nfd < 0)
+		return -1;
+	if (w->base && blk->fd >= 0) {
+		close(blk->fd);
+		blk->fd = nfd;
+		blk->ino = ferry_fd_inode(nfd);
+	} else if (w->base) {
+		w->base = false;	/* the block's file was dropped: a file of its own */
+		blk->patched = true;
+	} else if (w->fd >= 0) {
+		close(w->fd);
+	}
+	w->fd = nfd;
+	w->ino = ferry_fd_inode(nfd);
+	w->old_rw = w->id_rw;
+	w->old_ro = w->id_ro;
+	w->id_rw = w->id_rw ? next_block_id++ : 0;
+	w->id_ro = w->id_ro ? next_block_id++ : 0;
+	w->out = false;
+	return 0;
+}
+
+int ferry_block_renew(uint64_t id, const void *owner, uint64_t *id_p)
+{
+	struct ferry_block *blk;
+	struct ferry_window *w;
+	bool rw;
+	int r = 0;
+
+	pthread_mutex_lock(&blocks_lock);
+	w = window_find_locked(id, &blk);
+	if (!w) {
+		pthread_mutex_unlock(&blocks_lock);
+		return ERR(ENOENT);
+	}
+	rw = id == w->id_rw || id == w->old_rw;
+	/* Shared by another owner's registrations: its peers still need it. */
+	if (w->out && !w->owners && w->owner == owner)
+		r = window_renew_locked(blk, w);
+	if (r < 0)
+		ferry_err("a peer keeps access to %zu bytes at %p it was given: %m", w->len,
+			  (void *)((uint8_t *)blk->addr + w->off));
+	*id_p = rw ? w->id_rw : w->id_ro;
+	pthread_mutex_unlock(&blocks_lock);
+	return r;
 }

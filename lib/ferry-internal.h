@@ -217,11 +217,20 @@ bool ferry_block_find(const void *addr, size_t len, struct ferry_block *blk_p);
  * that are no longer ours.  -1 + EBUSY: the span overlaps a window of
  * another span (two files cannot share pages); EINVAL: not in a block.
  */
-int ferry_block_share(const void *addr, size_t len, bool writable, uint64_t *id_p,
-		      uint64_t *off_p);
+int ferry_block_share(const void *addr, size_t len, bool writable, const void *owner,
+		      uint64_t *id_p, uint64_t *off_p);
 void ferry_block_unshare(uint64_t id);
+/*
+ * ferry_block_renew - take window @id back from every peer that has it,
+ * keeping it for new ones: its span moves to a new file, and it gets new
+ * ids, the one for @id's kind in *id_p (unchanged if nothing was handed
+ * out, or if registrations of another @owner share the window: its peers
+ * still use it).  The owner's other registrations of the span find the
+ * new id with their old one, until the next renewal.
+ */
+int ferry_block_renew(uint64_t id, const void *owner, uint64_t *id_p);
 /* A new descriptor of window @id (read-only for a read-only one), -1 if
- * it is gone (or its block's descriptor was dropped). */
+ * it is gone (or its block's descriptor was dropped; ESTALE: renewed). */
 int ferry_block_window_fd(uint64_t id);
 /*
  * ferry_block_drop_fd - close the memfds of the block mapped at @addr and

@@ -14,7 +14,8 @@
  *     TCP would not let it);
  *   - everything of ours a peer has mapped, written over, and what it
  *     cannot map writable tried with mprotect: only the pages of the MRs
- *     it may write change, and none once the MR is deregistered.
+ *     it may write change, and none once the MR is deregistered, or once
+ *     the last queue pair of its protection domain is gone.
  */
 #include "config.h"
 
@@ -498,6 +499,46 @@ START_TEST(test_windows)
 }
 END_TEST
 
+/* The same peer, and a connection that ends while its MR stays. */
+START_TEST(test_windows_after_disconnect)
+{
+	struct hm_plain_arg arg = { geteuid() == 0 ? 65534 : 0 };
+	struct hm_window_mem w;
+	uint32_t upgraded, done;
+	struct tu_end e;
+	pid_t pid;
+	int ctl;
+
+	if (!tu_on_shm())
+		HM_SKIP("test_windows_after_disconnect", "shared mappings are the shm transport's");
+	pid = hm_connect(hm_window_child, &arg, &e, &ctl, hm_window_setup, &w);
+	ck_assert_int_eq(tu_recv_u32(ctl, &upgraded, TU_WAIT_MS), 0);
+	ck_assert_msg(tu_all_bytes(w.block + HM_PAGE + 100, HM_PAGE + 100, HM_W_FIRST),
+		      "the peer could not write the MR it was given");
+
+	/* The PD's one QP goes: its peer loses what it mapped, the MRs stay. */
+	ck_assert_int_eq(ferry_destroy_qp(e.qp), 0);
+	e.qp = NULL;
+	ck_assert_msg(tu_all_bytes(w.block + HM_PAGE + 100, HM_PAGE + 100, HM_W_FIRST),
+		      "taking the window back lost what it held");
+	memset(w.block + HM_PAGE, HM_W_FRESH, 2 * HM_PAGE);
+	memset(e.buf, HM_W_FRESH, e.len);
+	ck_assert_int_eq(tu_send_u32(ctl, 1), 0);
+	ck_assert_int_eq(tu_recv_u32(ctl, &done, TU_WAIT_MS), 0);
+	ck_assert_msg(tu_all_bytes(w.block + HM_PAGE, 2 * HM_PAGE, HM_W_FRESH) &&
+		      tu_all_bytes(e.buf, e.len, HM_W_FRESH),
+		      "a peer whose connection ended still writes our MRs");
+	ck_assert_int_eq(tu_send_u32(ctl, 1), 0);
+	ck_assert_int_eq(tu_wait_child(pid, TU_WAIT_MS), 0);
+	ck_assert_int_eq(ferry_dereg_mr(w.mr), 0);
+	ck_assert_int_eq(ferry_dereg_mr(w.ro_mr), 0);
+	ferry_free(w.block);
+	ferry_free(w.ro);
+	close(ctl);
+	tu_end_close(&e);
+}
+END_TEST
+
 Suite *hostile_mem_suite(void)
 {
 	Suite *s = suite_create("hostile_mem");
@@ -509,6 +550,7 @@ Suite *hostile_mem_suite(void)
 	tcase_add_test(tc, test_plain_memory_same_user);
 	tcase_add_test(tc, test_plain_memory_other_user);
 	tcase_add_test(tc, test_windows);
+	tcase_add_test(tc, test_windows_after_disconnect);
 	suite_add_tcase(s, tc);
 	return s;
 }

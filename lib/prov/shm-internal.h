@@ -329,6 +329,10 @@ struct shm_pd {
 	_Atomic uint32_t local_hwm;
 	struct shm_qp *qps;		/* connected QPs, for block announcements */
 	bool detached;			/* ferry_pd_detach: the table is not ours alone */
+	/* A connection got some of our windows: when the last QP goes, they
+	 * are taken back (shm_pd_renew_windows).  Set under a QP's sq_lock
+	 * (shm_pd_windows_out), which the PD lock may not be taken under. */
+	_Atomic bool windows_out;
 };
 
 struct shm_mr {
@@ -542,6 +546,10 @@ void shm_cq_signal_local(struct shm_cq *cq, bool solicited_or_error);
 void shm_cq_attach_recv(struct shm_cq *cq, struct shm_qp *qp);
 void shm_cq_detach_recv(struct shm_cq *cq, struct shm_qp *qp);
 void shm_pd_add_qp(struct shm_pd *pd, struct shm_qp *qp);
+static inline void shm_pd_windows_out(struct shm_pd *spd)
+{
+	atomic_store_explicit(&spd->windows_out, true, memory_order_relaxed);
+}
 void shm_pd_remove_qp(struct shm_pd *pd, struct shm_qp *qp);
 
 /* shm_wake.c: waking a CQ by its socket's name */

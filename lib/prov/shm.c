@@ -366,6 +366,30 @@ void shm_pd_add_qp(struct shm_pd *spd, struct shm_qp *qp)
 	pthread_mutex_unlock(&spd->lock);
 }
 
+/*
+ * The PD's last QP is gone: no peer may keep the windows its connections
+ * were given (ferry_block_renew moves their pages; new peers get the new
+ * files).  A window was given out only if some connection of the PD got
+ * as far as our windows; one that nobody got costs nothing here.
+ * spd->lock held.
+ */
+static void shm_pd_renew_windows(struct shm_pd *spd)
+{
+	uint32_t i, hwm = atomic_load_explicit(&spd->hwm, memory_order_relaxed);
+	uint32_t lhwm = atomic_load_explicit(&spd->local_hwm, memory_order_relaxed);
+
+	for (i = 0; i < hwm + lhwm; i++) {
+		struct shm_mr_entry *e = i < hwm ? shm_pd_slot(spd, i) :
+					 shm_local_entry(spd, i - hwm, false);
+		uint64_t id;
+
+		if (!e || !atomic_load_explicit(&e->rkey, memory_order_relaxed) || !e->block_id)
+			continue;
+		if (ferry_block_renew(e->block_id, spd, &id) == 0 && id)
+			e->block_id = id;	/* no peer reads it: none is connected */
+	}
+}
+
 void shm_pd_remove_qp(struct shm_pd *spd, struct shm_qp *qp)
 {
 	struct shm_qp **pp;
@@ -377,6 +401,8 @@ void shm_pd_remove_qp(struct shm_pd *spd, struct shm_qp *qp)
 			break;
 		}
 	}
+	if (!spd->qps && !spd->detached && atomic_exchange(&spd->windows_out, false))
+		shm_pd_renew_windows(spd);
 	pthread_mutex_unlock(&spd->lock);
 }
 
@@ -494,8 +520,8 @@ static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
 		conn = shm_qp_announce_conn(qp);
 		if (conn && fd < 0)
 			fd = ferry_block_window_fd(block_id);
-		if (conn && fd >= 0)
-			shm_conn_announce_block(conn, block_id, fd);
+		if (conn && fd >= 0 && shm_conn_announce_block(conn, block_id, fd) == 0)
+			shm_pd_windows_out(spd);
 		ferry_unlock(&qp->sq_lock);
 	}
 	if (fd >= 0)
@@ -510,14 +536,15 @@ static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
  * hold the same pages), is reached only as plain memory (shm_peer.c: a
  * peer of our user).  0, or -1 with errno set for a real failure.
  */
-static int shm_mr_share(struct shm_mr *smr, void *addr, size_t len, int access)
+static int shm_mr_share(struct shm_pd *spd, struct shm_mr *smr, void *addr, size_t len,
+			int access)
 {
 	bool write = access & (FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE |
 			       FERRY_ACCESS_REMOTE_ATOMIC);
 
 	if (!access || !len)
 		return 0;
-	if (ferry_block_share(addr, len, write, &smr->block_id, &smr->block_offset) == 0)
+	if (ferry_block_share(addr, len, write, spd, &smr->block_id, &smr->block_offset) == 0)
 		return 0;
 	smr->block_id = 0;
 	if (errno == EINVAL)
@@ -546,7 +573,7 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	smr = calloc(1, sizeof(*smr));
 	if (!smr)
 		return NULL;
-	if (shm_mr_share(smr, addr, len, access) < 0)
+	if (shm_mr_share(spd, smr, addr, len, access) < 0)
 		goto err_free;
 
 	pthread_mutex_lock(&spd->lock);
@@ -595,16 +622,19 @@ static int shm_dereg_mr(struct ferry_mr *mr)
 	struct shm_mr *smr = to_smr(mr);
 	struct shm_pd *spd = to_spd(mr->pd);
 	struct shm_mr_entry *e;
+	uint64_t window = 0;
 
 	pthread_mutex_lock(&spd->lock);
 	e = shm_pd_entry(spd, mr->lkey);
-	if (e && (!spd->detached || (smr->index & SHM_KEY_LOCAL)))
+	if (e && (!spd->detached || (smr->index & SHM_KEY_LOCAL))) {
+		window = e->block_id;	/* renewed since registration, maybe */
 		atomic_store_explicit(&e->rkey, 0, memory_order_release);
+	}
 	pthread_mutex_unlock(&spd->lock);
 	/* The key is gone from the table first: peers of ours stop using the
 	 * window before it is taken from them. */
-	if (smr->block_id)
-		ferry_block_unshare(smr->block_id);
+	if (window)
+		ferry_block_unshare(window);
 	free(smr);
 	return 0;
 }

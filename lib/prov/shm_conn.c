@@ -635,6 +635,7 @@ static int shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 		close(fd);
 		if (r < 0)
 			return -1;	/* a block the peer must have, not sent */
+		shm_pd_windows_out(spd);
 	}
 	return 0;
 }
