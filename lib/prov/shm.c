@@ -509,7 +509,7 @@ const struct shm_mr_entry *shm_pd_next_entry(struct shm_pd *spd, uint32_t *pos)
  * Announcing happens before ferry_reg_mr returns, so the window's fd is in
  * the peer's socket before the rkey can possibly reach it.
  */
-static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
+static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id, uint32_t access)
 {
 	struct shm_conn *conn;
 	struct shm_qp *qp;
@@ -518,6 +518,8 @@ static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
 	for (qp = spd->qps; qp; qp = qp->pd_next) {
 		ferry_lock(&qp->sq_lock);
 		conn = shm_qp_announce_conn(qp);
+		if (conn && !shm_conn_may_map(conn, access))
+			conn = NULL;
 		if (conn && fd < 0)
 			fd = ferry_block_window_fd(block_id);
 		if (conn && fd >= 0 && shm_conn_announce_block(conn, block_id, fd) == 0)
@@ -531,7 +533,8 @@ static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
 /*
  * The window peers reach [addr, addr+len) through, if it is ferry_alloc
  * memory they may touch: for one-sided access, or for SENDs into receive
- * buffers (LOCAL_WRITE).  Read-only unless they may write.  Memory of no
+ * buffers (LOCAL_WRITE).  Read-only unless they may write
+ * (shm_window_writable).  Memory of no
  * block, or a span that overlaps another MR's window (two files cannot
  * hold the same pages), is reached only as plain memory (shm_peer.c: a
  * peer of our user).  0, or -1 with errno set for a real failure.
@@ -539,8 +542,7 @@ static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
 static int shm_mr_share(struct shm_pd *spd, struct shm_mr *smr, void *addr, size_t len,
 			int access)
 {
-	bool write = access & (FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE |
-			       FERRY_ACCESS_REMOTE_ATOMIC);
+	bool write = shm_window_writable((uint32_t)access);
 
 	if (!access || !len)
 		return 0;
@@ -597,7 +599,7 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	e->block_offset = smr->block_offset;
 	atomic_store_explicit(&e->rkey, key, memory_order_release);
 	if (smr->block_id)
-		shm_pd_announce(spd, smr->block_id);
+		shm_pd_announce(spd, smr->block_id, (uint32_t)access);
 	pthread_mutex_unlock(&spd->lock);
 
 	smr->index = idx;

@@ -208,11 +208,11 @@ static size_t shm_rq_stride(uint32_t rq_sge)
 	return 8 + rq_sge * sizeof(struct shm_rsge);
 }
 
-int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
+int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size, bool bounce)
 {
 	struct shm_region_layout l = shm_region_layout(qp->rq_size,
 						       shm_rq_stride(qp->cap.max_recv_sge),
-						       peer_rq_size);
+						       peer_rq_size, bounce);
 	struct shm_region *r;
 
 	if (shm_arena_get(l.size, SHM_PIECE_REGION, &qp->region_piece) < 0) {
@@ -246,6 +246,13 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 	qp->region_size = l.size;
 	qp->region_head_off = l.head_off;
 	qp->rq_stride = shm_rq_stride(qp->cap.max_recv_sge);
+	/* A recycled region's ring holds old records: the counters say none
+	 * are new (both start at 0, ours and the peer's of ours). */
+	qp->bounce = bounce;
+	qp->bounce_ring = bounce ? qp->region_piece.addr + l.bounce_off : NULL;
+	qp->bounce_prod = qp->bounce_cons = qp->bounce_done = 0;
+	atomic_store(&r->bounce_prod, 0);
+	atomic_store(&r->bounce_cons, 0);
 	return 0;
 }
 
@@ -472,7 +479,7 @@ static int shm_region_send(struct shm_qp *qp, struct shm_conn *conn)
 {
 	struct shm_msg m = { .type = SHM_MSG_REGION };
 
-	if (shm_region_create(qp, conn->peer_rq_size) < 0)
+	if (shm_region_create(qp, conn->peer_rq_size, shm_conn_bounces(conn)) < 0)
 		return -1;
 	/* Receives posted in INIT must be in the region before the peer can
 	 * see it: a peer that starts sending the moment its exchange ends
@@ -493,7 +500,8 @@ static int shm_region_map(struct shm_qp *qp, struct shm_conn *conn, const struct
 			  int fd)
 {
 	struct shm_region_layout want = shm_region_layout(conn->peer_rq_size,
-							  conn->peer_rq_stride, qp->rq_size);
+							  conn->peer_rq_stride, qp->rq_size,
+							  shm_conn_bounces(conn));
 	const struct shm_region *pr;
 	const void *start;
 
@@ -515,6 +523,8 @@ static int shm_region_map(struct shm_qp *qp, struct shm_conn *conn, const struct
 		return ERR(EPROTO);
 	}
 	conn->peer_dq = shm_dq_entry((uint8_t *)conn->peer_region, qp->rq_size, 0);
+	conn->peer_bounce = shm_conn_bounces(conn) ?
+			    (const uint8_t *)start + want.bounce_off : NULL;
 	conn->my_dq = shm_dq_entry((uint8_t *)qp->region, conn->peer_rq_size, 0);
 	return 0;
 }
@@ -619,7 +629,7 @@ static int shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 		int fd, r;
 
 		id = e->block_id;
-		if (!id)
+		if (!id || !shm_conn_may_map(conn, e->access))
 			continue;
 		errno = 0;
 		fd = ferry_block_window_fd(id);
