@@ -603,6 +603,9 @@ static int hb_child(int sock, int ctl, void *arg)
 	ok &= wc[2].byte_len == 400 && tu_check(joined, 400, 3);
 	TU_CHILD_CHECK(tu_send_u32(ctl, ok) == 0);
 	TU_CHILD_CHECK(tu_recv_u32(ctl, &ino, TU_WAIT_MS) == 0);
+	TU_CHILD_CHECK(ferry_dereg_mr(rmr) == 0 && ferry_dereg_mr(pmr) == 0);
+	ferry_free(rb);
+	free(pm);
 	_exit(0);
 }
 
