@@ -3,8 +3,18 @@
  *
  * Each allocation is its own memfd, sealed so that nobody can shrink it (a
  * peer mapping a file that shrinks would take SIGBUS).  The block table lets
- * the shm provider find which block an MR lives in and hand the block's fd
- * to peers.  Blocks are few and large, so a mutex-protected array will do.
+ * the shm provider find which block an MR lives in.  Blocks are few and
+ * large, so a mutex-protected array will do.
+ *
+ * Peers never get a block's memfd, which would let them map all of it
+ * for as long as they like: they get windows (ferry_block_share), files
+ * that hold just the pages an MR spans.  A registration that spans the
+ * whole block shares the block's own file; any other span is first moved
+ * to a file of its own (its pages copied, the new file mapped over them:
+ * mremap replaces the old pages in one step).  Taking a window back moves
+ * its span once more, to a file nobody else has.  Every file is mode
+ * 0400, so a read-only descriptor (a reopening through /proc/self/fd)
+ * cannot be reopened for writing by a process of another user.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -15,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,6 +33,23 @@
 #include <unistd.h>
 
 #include "ferry-internal.h"
+
+/* A span of a block shared with peers: see ferry_block_share. */
+struct ferry_window {
+	size_t off, len;	/* the span in its block, page multiples */
+	int fd;			/* the file that holds it; -1: dropped */
+	bool base;		/* that file is the block's own (a whole-block span) */
+	unsigned long ino;
+	uint64_t id_rw, id_ro;	/* ids given out for each kind of descriptor; 0: none */
+	/* Their previous values, before ferry_block_renew gave new ones: the
+	 * other registrations of the span still name it by those. */
+	uint64_t old_rw, old_ro;
+	int refs;		/* registrations sharing it */
+	const void *owner;	/* who registered it (a PD), unless ... */
+	bool owners;		/* ... several did: then it is never renewed */
+	bool out;		/* a descriptor of it was handed out since it was made */
+	struct ferry_window *next;
+};
 
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
 FERRY_FORK_SAFE(blocks, blocks_lock)
@@ -139,7 +167,8 @@ int ferry_memfd_create(const char *name, size_t size)
 		ferry_warn("memfd_create(%s): %m", name);
 		return -1;
 	}
-	if (ftruncate(fd, (off_t)page_round(size)) < 0 ||
+	/* 0400: a read-only descriptor of it stays read-only (see above). */
+	if (fchmod(fd, 0400) < 0 || ftruncate(fd, (off_t)page_round(size)) < 0 ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
 		int e = errno;
 
@@ -170,6 +199,8 @@ void *ferry_alloc(size_t size)
 	blk.addr = addr;
 	blk.ino = ferry_fd_inode(blk.fd);
 	blk.owner = ferry_pid();
+	blk.windows = NULL;
+	blk.patched = false;
 
 	pthread_mutex_lock(&blocks_lock);
 	if (nblocks == blocks_cap) {
@@ -224,6 +255,15 @@ void ferry_free(void *addr)
 	munmap(blk.addr, blk.size);
 	if (blk.fd >= 0)
 		close(blk.fd);
+	/* Peers keep what they mapped of its windows: pages nobody here uses. */
+	while (blk.windows) {
+		struct ferry_window *w = blk.windows;
+
+		blk.windows = w->next;
+		if (!w->base && w->fd >= 0)
+			close(w->fd);
+		free(w);
+	}
 }
 
 int ferry_block_drop_fd(const void *addr)
@@ -234,8 +274,15 @@ int ferry_block_drop_fd(const void *addr)
 	pthread_mutex_lock(&blocks_lock);
 	for (i = 0; i < nblocks; i++) {
 		if (blocks[i].addr == addr) {
+			struct ferry_window *w;
+
 			fd = blocks[i].fd;
 			blocks[i].fd = -1;
+			for (w = blocks[i].windows; w; w = w->next) {
+				if (!w->base && w->fd >= 0)
+					close(w->fd);
+				w->fd = -1;
+			}
 			break;
 		}
 	}
@@ -276,27 +323,302 @@ bool ferry_block_is_own_inode(unsigned long ino)
 
 	pthread_mutex_lock(&blocks_lock);
 
-	for (i = 0; i < nblocks && !found; i++)
-		found = blocks[i].ino == ino && blocks[i].owner == self;
+	for (i = 0; i < nblocks && !found; i++) {
+		const struct ferry_window *w;
+
+		if (blocks[i].owner != self)
+			continue;
+		found = blocks[i].ino == ino;
+		for (w = blocks[i].windows; w && !found; w = w->next)
+			found = w->ino == ino;
+	}
 	pthread_mutex_unlock(&blocks_lock);
 	return found;
 }
 
-int ferry_block_dup_fd(uint64_t id)
+/* --- windows --- */
+
+/* The block holding [addr, addr+len); blocks_lock held. */
+static struct ferry_block *block_at_locked(const void *addr, size_t len)
 {
-	int fd = -1;
+	uintptr_t a = (uintptr_t)addr;
 	size_t i;
 
-	pthread_mutex_lock(&blocks_lock);
 	for (i = 0; i < nblocks; i++) {
-		if (blocks[i].id == id) {
-			if (blocks[i].fd >= 0)
-				fd = ferry_fd_dup(blocks[i].fd);
-			else
-				errno = EBADF;	/* ferry_block_drop_fd */
-			break;
+		uintptr_t start = (uintptr_t)blocks[i].addr;
+
+		if (a >= start && a - start <= blocks[i].size &&
+		    len <= blocks[i].size - (a - start))
+			return &blocks[i];
+	}
+	return NULL;
+}
+
+/* The window with id @id, and its block in *blk_p; blocks_lock held. */
+static struct ferry_window *window_find_locked(uint64_t id, struct ferry_block **blk_p)
+{
+	struct ferry_window *w;
+	size_t i;
+
+	for (i = 0; id && i < nblocks; i++) {
+		for (w = blocks[i].windows; w; w = w->next) {
+			if (w->id_rw == id || w->id_ro == id || w->old_rw == id ||
+			    w->old_ro == id) {
+				*blk_p = &blocks[i];
+				return w;
+			}
 		}
 	}
+	return NULL;
+}
+
+/* Copy the pages of [src, src+len) that hold data (per @fd at @off, the
+ * file behind them, if known: holes stay holes) to @dst. */
+static void window_copy(uint8_t *dst, const uint8_t *src, size_t len, int fd, off_t off)
+{
+	off_t pos = off, end = off + (off_t)len, hole;
+
+	if (fd < 0) {
+		memcpy(dst, src, len);
+		return;
+	}
+	while (pos < end) {
+		pos = lseek(fd, pos, SEEK_DATA);
+		if (pos < 0 || pos >= end)
+			return;		/* ENXIO: no data past pos */
+		hole = lseek(fd, pos, SEEK_HOLE);
+		if (hole < 0 || hole > end)
+			hole = end;
+		memcpy(dst + (pos - off), src + (pos - off), (size_t)(hole - pos));
+		pos = hole;
+	}
+}
+
+/*
+ * window_move - put the @len bytes at @addr (backed by @fd at @off, or
+ * -1 if unknown) on the pages of a new file, the same bytes at the same
+ * address: mapped elsewhere, filled, then moved over the old pages by
+ * mremap, which swaps them in one step.  Returns the new file's
+ * descriptor, or -1 with the old pages left in place.
+ */
+static int window_move(uint8_t *addr, size_t len, int fd, off_t off)
+{
+	int nfd = ferry_memfd_create("ferry-alloc", len);
+	void *tmp;
+
+	if (nfd < 0)
+		return -1;
+	tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, nfd, 0);
+	if (tmp == MAP_FAILED)
+		goto err_close;
+	window_copy(tmp, addr, len, fd, off);
+	if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, addr) == MAP_FAILED) {
+		munmap(tmp, len);
+		goto err_close;
+	}
+	return nfd;
+
+err_close:
+	ferry_warn("moving %zu bytes of a ferry_alloc block to a file of their own: %m", len);
+	close(nfd);
+	return -1;
+}
+
+/* A new window for [off, off+len) of @blk; blocks_lock held. */
+static struct ferry_window *window_new_locked(struct ferry_block *blk, size_t off, size_t len)
+{
+	struct ferry_window *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	w->off = off;
+	w->len = len;
+	if (off == 0 && len == blk->size && !blk->patched && blk->fd >= 0) {
+		w->fd = blk->fd;	/* the whole block: its own file will do */
+		w->base = true;
+	} else {
+		w->fd = window_move((uint8_t *)blk->addr + off, len,
+				    blk->patched ? -1 : blk->fd, (off_t)off);
+		if (w->fd < 0) {
+			free(w);
+			return NULL;
+		}
+		blk->patched = true;
+	}
+	w->ino = ferry_fd_inode(w->fd);
+	w->next = blk->windows;
+	blk->windows = w;
+	return w;
+}
+
+int ferry_block_share(const void *addr, size_t len, bool writable, const void *owner,
+		      uint64_t *id_p, uint64_t *off_p)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), start, end;
+	struct ferry_window *w, *same = NULL;
+	struct ferry_block *blk;
+	uint64_t *id;
+
+	pthread_mutex_lock(&blocks_lock);
+	blk = len ? block_at_locked(addr, len) : NULL;
+	if (!blk) {
+		pthread_mutex_unlock(&blocks_lock);
+		return ERR(EINVAL);
+	}
+	start = ((uintptr_t)addr - (uintptr_t)blk->addr) & ~(page - 1);
+	end = page_round((uintptr_t)addr - (uintptr_t)blk->addr + len);
+	for (w = blk->windows; w; w = w->next) {
+		if (w->off == start && w->len == end - start)
+			same = w;
+		else if (w->off < end && start < w->off + w->len)
+			break;		/* overlaps another span */
+	}
+	if (w || (!same && !(same = window_new_locked(blk, start, end - start)))) {
+		pthread_mutex_unlock(&blocks_lock);
+		return ERR(w ? EBUSY : ENOMEM);
+	}
+	id = writable ? &same->id_rw : &same->id_ro;
+	if (!*id)
+		*id = next_block_id++;
+	if (same->refs++ == 0)
+		same->owner = owner;
+	else if (same->owner != owner)
+		same->owners = true;
+	*id_p = *id;
+	*off_p = (uintptr_t)addr - (uintptr_t)blk->addr - start;
+	pthread_mutex_unlock(&blocks_lock);
+	return 0;
+}
+
+/* Take window @w of @blk back from every peer; blocks_lock held. */
+static void window_revoke_locked(struct ferry_block *blk, struct ferry_window *w)
+{
+	struct ferry_window **pp;
+	int nfd = -1;
+
+	if (!w->out) {
+		/* Nobody has it: its pages stay where they are. */
+		if (!w->base && w->fd >= 0)
+			close(w->fd);	/* our mapping keeps the file */
+		goto unlink;
+	}
+	nfd = window_move((uint8_t *)blk->addr + w->off, w->len, w->fd, 0);
+	if (nfd < 0)
+		ferry_err("a peer keeps access to %zu bytes at %p it was given: %m", w->len,
+			  (void *)((uint8_t *)blk->addr + w->off));
+	if (w->base && blk->fd >= 0 && nfd >= 0) {
+		/* The whole block on one new file: that is the block's now. */
+		close(blk->fd);
+		blk->fd = nfd;
+		blk->ino = ferry_fd_inode(nfd);
+	} else {
+		if (nfd >= 0)
+			close(nfd);	/* the mapping keeps the file */
+		if (!w->base && w->fd >= 0)
+			close(w->fd);
+		blk->patched = true;
+	}
+unlink:
+	for (pp = &blk->windows; *pp != w; pp = &(*pp)->next)
+		;
+	*pp = w->next;
+	free(w);
+}
+
+void ferry_block_unshare(uint64_t id)
+{
+	struct ferry_block *blk;
+	struct ferry_window *w;
+
+	pthread_mutex_lock(&blocks_lock);
+	w = window_find_locked(id, &blk);
+	if (w && --w->refs == 0)
+		window_revoke_locked(blk, w);
+	pthread_mutex_unlock(&blocks_lock);
+}
+
+int ferry_block_window_fd(uint64_t id)
+{
+	struct ferry_block *blk;
+	struct ferry_window *w;
+	char path[32];
+	int fd = -1;
+
+	pthread_mutex_lock(&blocks_lock);
+	w = window_find_locked(id, &blk);
+	if (!w || w->fd < 0) {
+		errno = EBADF;	/* freed, or its descriptor dropped */
+	} else if (id != w->id_rw && id != w->id_ro) {
+		errno = ESTALE;		/* renewed since: the registration's id is newer */
+	} else if (id == w->id_rw) {
+		fd = ferry_fd_dup(w->fd);
+	} else {
+		/* A description of its own, opened for reading only. */
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", w->fd);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			ferry_warn("reopening a window read-only (%s): %m", path);
+		else
+			fd = ferry_fd_park(fd);
+	}
+	if (fd >= 0)
+		w->out = true;
 	pthread_mutex_unlock(&blocks_lock);
 	return fd;
+}
+
+/*
+ * Move window @w of @blk to a new file, the peers that had it left with
+ * the old one, and give it new ids; blocks_lock held.  The base window
+ * (a whole block) makes the new file the block's.
+ */
+static int window_renew_locked(struct ferry_block *blk, struct ferry_window *w)
+{
+	int nfd = window_move((uint8_t *)blk->addr + w->off, w->len, w->fd, 0);
+
+	if (nfd < 0)
+		return -1;
+	if (w->base && blk->fd >= 0) {
+		close(blk->fd);
+		blk->fd = nfd;
+		blk->ino = ferry_fd_inode(nfd);
+	} else if (w->base) {
+		w->base = false;	/* the block's file was dropped: a file of its own */
+		blk->patched = true;
+	} else if (w->fd >= 0) {
+		close(w->fd);
+	}
+	w->fd = nfd;
+	w->ino = ferry_fd_inode(nfd);
+	w->old_rw = w->id_rw;
+	w->old_ro = w->id_ro;
+	w->id_rw = w->id_rw ? next_block_id++ : 0;
+	w->id_ro = w->id_ro ? next_block_id++ : 0;
+	w->out = false;
+	return 0;
+}
+
+int ferry_block_renew(uint64_t id, const void *owner, uint64_t *id_p)
+{
+	struct ferry_block *blk;
+	struct ferry_window *w;
+	bool rw;
+	int r = 0;
+
+	pthread_mutex_lock(&blocks_lock);
+	w = window_find_locked(id, &blk);
+	if (!w) {
+		pthread_mutex_unlock(&blocks_lock);
+		return ERR(ENOENT);
+	}
+	rw = id == w->id_rw || id == w->old_rw;
+	/* Shared by another owner's registrations: its peers still need it. */
+	if (w->out && !w->owners && w->owner == owner)
+		r = window_renew_locked(blk, w);
+	if (r < 0)
+		ferry_err("a peer keeps access to %zu bytes at %p it was given: %m", w->len,
+			  (void *)((uint8_t *)blk->addr + w->off));
+	*id_p = rw ? w->id_rw : w->id_ro;
+	pthread_mutex_unlock(&blocks_lock);
+	return r;
 }

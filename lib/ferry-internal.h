@@ -190,6 +190,7 @@ void ferry_log(enum ferry_log_level level, const char *fmt, ...)
 /* --- alloc.c: ferry_alloc blocks (memfd-backed, shareable) --- */
 
 /* One ferry_alloc allocation: a sealed memfd mapped shared at addr. */
+struct ferry_window;
 struct ferry_block {
 	void *addr;
 	size_t size;		/* mapped size, page multiple */
@@ -197,6 +198,11 @@ struct ferry_block {
 	uint64_t id;		/* process-unique, never reused */
 	unsigned long ino;	/* inode of the memfd: refuse it from peers */
 	pid_t owner;		/* process that allocated it (a forked child shares it) */
+	/* Page spans shared with peers (alloc.c), each a file of its own. */
+	struct ferry_window *windows;
+	/* Some span was moved to a file of its own: fd no longer backs all
+	 * of the block, so it is never shared whole again. */
+	bool patched;
 };
 
 /*
@@ -205,20 +211,45 @@ struct ferry_block {
  * fd is only valid while the caller keeps a registration on it).
  */
 bool ferry_block_find(const void *addr, size_t len, struct ferry_block *blk_p);
-/* A new descriptor (CLOEXEC) of block @id's memfd, or -1 if it is gone
- * (or its descriptor was dropped). */
-int ferry_block_dup_fd(uint64_t id);
 /*
- * ferry_block_drop_fd - close the memfd of the block mapped at @addr,
- * keeping the block (mapped here, and wherever peers mapped it): a block
- * that no new peer will need costs no descriptor.  From then on it cannot
- * be passed on (ferry_block_dup_fd fails, announcements skip it), so only
- * for memory whose every peer already has it -- a stream socket's ring,
- * once its one connection's exchange is over.  -1 + EINVAL if @addr is
- * no block's start.
+ * Windows: what a peer may map of a block.  A peer never gets a block's
+ * memfd; it gets a *window*, a file that holds exactly the pages of the
+ * span it may reach (the MR's, rounded out to pages), read-only or
+ * read-write.  ferry_block_share makes one for [addr, addr+len) (or
+ * takes another reference on the window of that same span) and says its
+ * id and where addr lies in it; the descriptor to pass comes from
+ * ferry_block_window_fd(id).  When the last reference goes
+ * (ferry_block_unshare), the span moves to fresh pages of a new file,
+ * its contents copied: whoever mapped the window keeps a mapping of pages
+ * that are no longer ours.  -1 + EBUSY: the span overlaps a window of
+ * another span (two files cannot share pages); EINVAL: not in a block.
+ */
+int ferry_block_share(const void *addr, size_t len, bool writable, const void *owner,
+		      uint64_t *id_p, uint64_t *off_p);
+void ferry_block_unshare(uint64_t id);
+/*
+ * ferry_block_renew - take window @id back from every peer that has it,
+ * keeping it for new ones: its span moves to a new file, and it gets new
+ * ids, the one for @id's kind in *id_p (unchanged if nothing was handed
+ * out, or if registrations of another @owner share the window: its peers
+ * still use it).  The owner's other registrations of the span find the
+ * new id with their old one, until the next renewal.
+ */
+int ferry_block_renew(uint64_t id, const void *owner, uint64_t *id_p);
+/* A new descriptor of window @id (read-only for a read-only one), -1 if
+ * it is gone (or its block's descriptor was dropped; ESTALE: renewed). */
+int ferry_block_window_fd(uint64_t id);
+/*
+ * ferry_block_drop_fd - close the memfds of the block mapped at @addr and
+ * of its windows, keeping the block (mapped here, and wherever peers
+ * mapped it): a block that no new peer will need costs no descriptor.
+ * From then on its windows cannot be passed on (ferry_block_window_fd
+ * fails, announcements skip them), so only for memory whose every peer
+ * already has it -- a stream socket's ring, once its one connection's
+ * exchange is over.  -1 + EINVAL if @addr is no block's start.
  */
 int ferry_block_drop_fd(const void *addr);
-/* Is @ino a block this very process allocated (not one inherited by fork)? */
+/* Is @ino a block or window this very process made (not one inherited by fork)? */
 bool ferry_block_is_own_inode(unsigned long ino);
 /* Create a sealed memfd of @size bytes (rounded up to pages). -1 + errno. */
 int ferry_memfd_create(const char *name, size_t size);

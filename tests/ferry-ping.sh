@@ -45,7 +45,11 @@ spawn() {
 	pids+=("$spawned")
 }
 # A port picked at random, so that parallel runs do not meet.
-port=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+# Below the kernel's ephemeral ports: one of them may be the local end of
+# some other test's connection, and a listener cannot take it.
+read -r eph_low _ < /proc/sys/net/ipv4/ip_local_port_range || eph_low=32768
+[ "$eph_low" -gt 12000 ] || eph_low=61000
+port=$(( 10000 + (RANDOM * 32768 + RANDOM) % (eph_low - 10000) ))
 
 # start_server NAME ARGS...: a server in the background whose pid is in
 # $server_pid, once it listens (its -d output says so).

@@ -45,9 +45,9 @@ static void fz_hello(const struct shm_msg *m)
 	fz_assert(m->wake.len <= SHM_WAKE_NAME_MAX && m->kick.len <= SHM_WAKE_NAME_MAX);
 	/* Our region for this peer (its depth as our DQ's), and the peer's
 	 * as we would expect it (our depth the most we allow). */
-	l = shm_region_layout(SHM_MAX_QP_WR, stride, m->rq_size);
+	l = shm_region_layout(SHM_MAX_QP_WR, stride, m->rq_size, m->qp_num & 1);
 	fz_assert(l.head_off < l.size && l.size <= SHM_ARENA_SEG_SIZE);
-	l = shm_region_layout(m->rq_size, stride, SHM_MAX_QP_WR);
+	l = shm_region_layout(m->rq_size, stride, SHM_MAX_QP_WR, m->qp_num & 1);
 	fz_assert(l.head_off < l.size && l.size <= SHM_ARENA_SEG_SIZE);
 }
 
@@ -78,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case SHM_MSG_REGION:
 		/* As the exchange checks it: against the layout it expects. */
 		want = shm_region_layout(1u << (m.qp_num % 16), 8 + sizeof(struct shm_rsge),
-					 1u << (m.psn % 16));
+					 1u << (m.psn % 16), m.qp_num & 0x10000);
 		if (shm_region_msg_ok(&m, &want))
 			fz_assert(m.off[0] % 64 == 0 && m.off[0] + want.size <= SHM_ARENA_SEG_SIZE);
 		break;

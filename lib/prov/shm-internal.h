@@ -45,6 +45,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "ferry-internal.h"
 #include "lock.h"
@@ -85,8 +86,8 @@ struct shm_mr_entry {
 	uint32_t access;	/* enum ferry_access_flags */
 	uint64_t addr;		/* virtual address in the owner */
 	uint64_t length;
-	uint64_t block_id;	/* ferry_alloc block holding it, 0 if none */
-	uint64_t block_offset;	/* addr - block start */
+	uint64_t block_id;	/* window of it (ferry_block_share), 0 if none */
+	uint64_t block_offset;	/* addr - the window's start */
 	uint32_t gen;		/* owner's: generation of the slot's last key */
 	uint32_t pad;
 };
@@ -141,6 +142,24 @@ struct shm_delivery {
 };
 #define SHM_DELIVERY_IMM	(1u << 0)
 #define SHM_DELIVERY_SOLICITED	(1u << 1)
+#define SHM_DELIVERY_BOUNCE	(1u << 2)	/* the data came through the sender's staging */
+
+/*
+ * Bounced SENDs (shm_bounce.c).  A peer of another user is never given
+ * the pages of our receive buffers unless they are registered for remote
+ * writes: what it SENDs into one of our receives it stages in a ring of
+ * its own region instead, in records, and we copy them in when we poll.
+ * A receive published with SHM_RQ_BOUNCE in its count names lengths only,
+ * no addresses.  Records never wrap: each is a header and up to the end
+ * of the ring, 16-byte aligned.
+ */
+#define SHM_BOUNCE_SIZE		(64u << 10)	/* a region's staging ring */
+#define SHM_RQ_BOUNCE		(1u << 31)	/* in an RQ entry's count */
+struct shm_bounce_rec {
+	uint64_t recv;		/* the receive (delivery number) it is for */
+	uint32_t off;		/* where in that receive's message */
+	uint32_t len;		/* bytes after the header */
+};
 
 /*
  * The head of a QP's region.  Counters are free-running 64-bit sequence
@@ -173,6 +192,11 @@ struct shm_region {
 	/* Raised (and futex-woken) by the owner when the peer's CQ is armed
 	 * with SHM_NOTIFY_FUTEX: a thread of the peer sleeps on it. */
 	_Alignas(64) _Atomic uint32_t wake_seq;
+	/* Bounced SENDs: bytes the owner has staged in its ring, and bytes
+	 * of the peer's ring it has taken in (a region has a ring only on a
+	 * connection between two users: shm_conn_bounces). */
+	_Alignas(64) _Atomic uint64_t bounce_prod;
+	_Alignas(64) _Atomic uint64_t bounce_cons;
 };
 
 /*
@@ -330,13 +354,17 @@ struct shm_pd {
 	_Atomic uint32_t local_hwm;
 	struct shm_qp *qps;		/* connected QPs, for block announcements */
 	bool detached;			/* ferry_pd_detach: the table is not ours alone */
+	/* A connection got some of our windows: when the last QP goes, they
+	 * are taken back (shm_pd_renew_windows).  Set under a QP's sq_lock
+	 * (shm_pd_windows_out), which the PD lock may not be taken under. */
+	_Atomic bool windows_out;
 };
 
 struct shm_mr {
 	struct ferry_mr mr;
 	uint32_t index;
-	uint64_t block_id;
-	size_t block_size;
+	uint64_t block_id;		/* the window peers reach it through, 0: none */
+	uint64_t block_offset;		/* addr's offset in that window */
 };
 
 /*
@@ -407,6 +435,16 @@ struct shm_rwqe {
 	uint64_t wr_id;
 	uint64_t total_len;
 	uint32_t num_sge;
+	bool bounce;		/* published with SHM_RQ_BOUNCE */
+	uint64_t filled;	/* bounce: bytes copied in so far */
+};
+
+/* A receive's own SGE, kept for bounced SENDs and for publishing. */
+struct shm_lsge {
+	uint64_t addr;
+	uint32_t length;
+	uint32_t direct;	/* a peer of another user may write it: a window
+				 * of an MR with remote write access */
 };
 
 /* The connection of a QP to its peer, made by ferry_qp_exchange. */
@@ -417,6 +455,7 @@ struct shm_conn {
 	bool on_channel;
 	pid_t peer_pid;			/* from the HELLO's credentials */
 	uid_t peer_uid;
+	const uint8_t *peer_bounce;	/* the peer's staging ring (shm_conn_bounces) */
 	/* /proc/<pid>/mem of the peer, for memory outside blocks (shm_peer.c),
 	 * opened at first use, or SHM_PEER_MEM_*; peer_mem_err: why refused. */
 	int peer_mem;
@@ -503,6 +542,14 @@ struct shm_qp {
 	uint32_t rq_size;
 	uint64_t rq_prod, rq_cons;
 	struct shm_rsge *rq_pending;	/* receives posted before the region exists */
+	struct shm_lsge *rq_local;	/* the same receives' SGEs as posted */
+	/* Bounced SENDs: bytes of the WR at sq_exec staged so far, and bytes
+	 * staged in all (our region's bounce_prod; the peer's bounce_cons
+	 * for its ring, ours). */
+	uint64_t bounce_done;
+	uint64_t bounce_prod, bounce_cons;
+	bool bounce;			/* the connection bounces (shm_conn_bounces) */
+	uint8_t *bounce_ring;		/* our staging ring, in the region */
 
 	/* The region we own and the connection. */
 	struct shm_piece region_piece;	/* the region, in the arena */
@@ -544,6 +591,10 @@ void shm_cq_signal_local(struct shm_cq *cq, bool solicited_or_error);
 void shm_cq_attach_recv(struct shm_cq *cq, struct shm_qp *qp);
 void shm_cq_detach_recv(struct shm_cq *cq, struct shm_qp *qp);
 void shm_pd_add_qp(struct shm_pd *pd, struct shm_qp *qp);
+static inline void shm_pd_windows_out(struct shm_pd *spd)
+{
+	atomic_store_explicit(&spd->windows_out, true, memory_order_relaxed);
+}
 void shm_pd_remove_qp(struct shm_pd *pd, struct shm_qp *qp);
 
 /* shm_wake.c: waking a CQ by its socket's name */
@@ -594,7 +645,37 @@ void shm_monitor_watch(struct shm_qp *qp);
 void shm_monitor_renumber(struct shm_qp *qp, int from);
 /* The name peers kick this process's monitor by (started if need be). */
 int shm_monitor_kick_name(struct shm_wake_name *name);
-int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size);
+int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size, bool bounce);
+/*
+ * Does the connection bounce SENDs (and its regions have staging rings)?
+ * When its peer is another user (effective uids, which both ends compare
+ * alike): such a peer gets no window of our receive buffers, only of
+ * memory registered for remote writes.  Known once the peer's HELLO is in.
+ */
+static inline bool shm_conn_bounces(const struct shm_conn *conn)
+{
+	return conn->peer_uid != geteuid();
+}
+
+#define SHM_ACCESS_REMOTE (FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_READ | \
+			   FERRY_ACCESS_REMOTE_ATOMIC)
+
+/*
+ * Is the window of an MR with @access writable?  With remote write or
+ * atomic access; or with local write access alone, for the SENDs of peers
+ * of our user (shm_conn_may_map), whose receives land there.
+ */
+static inline bool shm_window_writable(uint32_t access)
+{
+	return (access & (FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_ATOMIC)) ||
+	       ((access & FERRY_ACCESS_LOCAL_WRITE) && !(access & SHM_ACCESS_REMOTE));
+}
+
+/* May the peer of @conn have the window of an MR with @access? */
+static inline bool shm_conn_may_map(const struct shm_conn *conn, uint32_t access)
+{
+	return !shm_conn_bounces(conn) || (access & SHM_ACCESS_REMOTE);
+}
 /*
  * shm_region_release - the QP lets go of its region, and of @conn (may be
  * NULL; its peer-region mapping is taken): reused at once when the peer
@@ -674,6 +755,7 @@ static inline uint8_t *shm_swqe_inline(struct shm_qp *qp, const struct shm_swqe 
 
 struct shm_region_layout {
 	size_t head_off;	/* offset of struct shm_region; the DQ ring ends there */
+	size_t bounce_off;	/* the staging ring, if any */
 	size_t size;		/* whole region */
 };
 
@@ -697,7 +779,7 @@ static inline struct shm_rwqe *shm_rwqe_at(struct shm_qp *qp, uint64_t seq)
 }
 
 static inline struct shm_region_layout shm_region_layout(uint32_t rq_size, size_t rq_stride,
-							 uint32_t dq_size)
+							 uint32_t dq_size, bool bounce)
 {
 	size_t dq_bytes = (size_t)dq_size * sizeof(struct shm_delivery);
 	size_t lead = dq_bytes < SHM_REGION_DQ_LEAD ? dq_bytes : SHM_REGION_DQ_LEAD;
@@ -706,6 +788,9 @@ static inline struct shm_region_layout shm_region_layout(uint32_t rq_size, size_
 	l.head_off = ((dq_bytes - lead + SHM_REGION_PAGE - 1) & ~(size_t)(SHM_REGION_PAGE - 1)) +
 		     lead;
 	l.size = l.head_off + shm_region_head_size() + (size_t)rq_size * rq_stride;
+	l.bounce_off = (l.size + SHM_REGION_PAGE - 1) & ~(size_t)(SHM_REGION_PAGE - 1);
+	if (bounce)
+		l.size = l.bounce_off + SHM_BOUNCE_SIZE;
 	return l;
 }
 

@@ -385,6 +385,30 @@ void shm_pd_add_qp(struct shm_pd *spd, struct shm_qp *qp)
 	pthread_mutex_unlock(&spd->lock);
 }
 
+/*
+ * The PD's last QP is gone: no peer may keep the windows its connections
+ * were given (ferry_block_renew moves their pages; new peers get the new
+ * files).  A window was given out only if some connection of the PD got
+ * as far as our windows; one that nobody got costs nothing here.
+ * spd->lock held.
+ */
+static void shm_pd_renew_windows(struct shm_pd *spd)
+{
+	uint32_t i, hwm = atomic_load_explicit(&spd->hwm, memory_order_relaxed);
+	uint32_t lhwm = atomic_load_explicit(&spd->local_hwm, memory_order_relaxed);
+
+	for (i = 0; i < hwm + lhwm; i++) {
+		struct shm_mr_entry *e = i < hwm ? shm_pd_slot(spd, i) :
+					 shm_local_entry(spd, i - hwm, false);
+		uint64_t id;
+
+		if (!e || !atomic_load_explicit(&e->rkey, memory_order_relaxed) || !e->block_id)
+			continue;
+		if (ferry_block_renew(e->block_id, spd, &id) == 0 && id)
+			e->block_id = id;	/* no peer reads it: none is connected */
+	}
+}
+
 void shm_pd_remove_qp(struct shm_pd *spd, struct shm_qp *qp)
 {
 	struct shm_qp **pp;
@@ -396,6 +420,8 @@ void shm_pd_remove_qp(struct shm_pd *spd, struct shm_qp *qp)
 			break;
 		}
 	}
+	if (!spd->qps && !spd->detached && atomic_exchange(&spd->windows_out, false))
+		shm_pd_renew_windows(spd);
 	pthread_mutex_unlock(&spd->lock);
 }
 
@@ -496,13 +522,13 @@ const struct shm_mr_entry *shm_pd_next_entry(struct shm_pd *spd, uint32_t *pos)
 }
 
 /*
- * Tell every connected peer of the PD about a block it can now reach, and
- * every peer whose exchange has had our blocks already (it takes this one
+ * Tell every connected peer of the PD about a window it can now reach, and
+ * every peer whose exchange has had our windows already (it takes this one
  * before the exchange completes, or later as established peers do).
- * Announcing happens before ferry_reg_mr returns, so the block's fd is in
+ * Announcing happens before ferry_reg_mr returns, so the window's fd is in
  * the peer's socket before the rkey can possibly reach it.
  */
-static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
+static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id, uint32_t access)
 {
 	struct shm_conn *conn;
 	struct shm_qp *qp;
@@ -511,14 +537,45 @@ static void shm_pd_announce(struct shm_pd *spd, uint64_t block_id)
 	for (qp = spd->qps; qp; qp = qp->pd_next) {
 		ferry_lock(&qp->sq_lock);
 		conn = shm_qp_announce_conn(qp);
+		if (conn && !shm_conn_may_map(conn, access))
+			conn = NULL;
 		if (conn && fd < 0)
-			fd = ferry_block_dup_fd(block_id);
-		if (conn && fd >= 0)
-			shm_conn_announce_block(conn, block_id, fd);
+			fd = ferry_block_window_fd(block_id);
+		if (conn && fd >= 0 && shm_conn_announce_block(conn, block_id, fd) == 0)
+			shm_pd_windows_out(spd);
 		ferry_unlock(&qp->sq_lock);
 	}
 	if (fd >= 0)
 		close(fd);
+}
+
+/*
+ * The window peers reach [addr, addr+len) through, if it is ferry_alloc
+ * memory they may touch: for one-sided access, or for SENDs into receive
+ * buffers (LOCAL_WRITE).  Read-only unless they may write
+ * (shm_window_writable).  Memory of no
+ * block, or a span that overlaps another MR's window (two files cannot
+ * hold the same pages), is reached only as plain memory (shm_peer.c: a
+ * peer of our user).  0, or -1 with errno set for a real failure.
+ */
+static int shm_mr_share(struct shm_pd *spd, struct shm_mr *smr, void *addr, size_t len,
+			int access)
+{
+	bool write = shm_window_writable((uint32_t)access);
+
+	if (!access || !len)
+		return 0;
+	if (ferry_block_share(addr, len, write, spd, &smr->block_id, &smr->block_offset) == 0)
+		return 0;
+	smr->block_id = 0;
+	if (errno == EINVAL)
+		return 0;	/* no ferry_alloc memory */
+	if (errno == EBUSY) {
+		ferry_info("MR at %p (%zu bytes) shares pages with another MR's: peers of "
+			   "another user cannot reach it", addr, len);
+		return 0;
+	}
+	return -1;
 }
 
 static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, int access)
@@ -527,7 +584,6 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	bool remote = access & (FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_READ |
 				FERRY_ACCESS_REMOTE_ATOMIC);
 	struct shm_mr_entry *e;
-	struct ferry_block blk;
 	struct shm_mr *smr;
 	uint32_t idx, key;
 
@@ -538,12 +594,8 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	smr = calloc(1, sizeof(*smr));
 	if (!smr)
 		return NULL;
-	/* The block's fd stays the block's: announcements take a copy for
-	 * the time they need it, an MR holds none. */
-	if (ferry_block_find(addr, len, &blk)) {
-		smr->block_id = blk.id;
-		smr->block_size = blk.size;
-	}
+	if (shm_mr_share(spd, smr, addr, len, access) < 0)
+		goto err_free;
 
 	pthread_mutex_lock(&spd->lock);
 	if (remote) {
@@ -563,12 +615,10 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	e->addr = (uintptr_t)addr;
 	e->length = len;
 	e->block_id = smr->block_id;
-	e->block_offset = smr->block_id ? (uintptr_t)addr - (uintptr_t)blk.addr : 0;
+	e->block_offset = smr->block_offset;
 	atomic_store_explicit(&e->rkey, key, memory_order_release);
-	/* Peers need the block for one-sided access, and for SENDs into
-	 * receive buffers (LOCAL_WRITE): announce it for either. */
-	if (smr->block_id && access)
-		shm_pd_announce(spd, smr->block_id);
+	if (smr->block_id)
+		shm_pd_announce(spd, smr->block_id, (uint32_t)access);
 	pthread_mutex_unlock(&spd->lock);
 
 	smr->index = idx;
@@ -582,6 +632,8 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	return &smr->mr;
 
 err_free:
+	if (smr->block_id)
+		ferry_block_unshare(smr->block_id);
 	free(smr);
 	return NULL;
 }
@@ -591,12 +643,19 @@ static int shm_dereg_mr(struct ferry_mr *mr)
 	struct shm_mr *smr = to_smr(mr);
 	struct shm_pd *spd = to_spd(mr->pd);
 	struct shm_mr_entry *e;
+	uint64_t window = 0;
 
 	pthread_mutex_lock(&spd->lock);
 	e = shm_pd_entry(spd, mr->lkey);
-	if (e && (!spd->detached || (smr->index & SHM_KEY_LOCAL)))
+	if (e && (!spd->detached || (smr->index & SHM_KEY_LOCAL))) {
+		window = e->block_id;	/* renewed since registration, maybe */
 		atomic_store_explicit(&e->rkey, 0, memory_order_release);
+	}
 	pthread_mutex_unlock(&spd->lock);
+	/* The key is gone from the table first: peers of ours stop using the
+	 * window before it is taken from them. */
+	if (window)
+		ferry_block_unshare(window);
 	free(smr);
 	return 0;
 }

@@ -208,11 +208,11 @@ static size_t shm_rq_stride(uint32_t rq_sge)
 	return 8 + rq_sge * sizeof(struct shm_rsge);
 }
 
-int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
+int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size, bool bounce)
 {
 	struct shm_region_layout l = shm_region_layout(qp->rq_size,
 						       shm_rq_stride(qp->cap.max_recv_sge),
-						       peer_rq_size);
+						       peer_rq_size, bounce);
 	struct shm_region *r;
 
 	if (shm_arena_get(l.size, SHM_PIECE_REGION, &qp->region_piece) < 0) {
@@ -246,6 +246,13 @@ int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size)
 	qp->region_size = l.size;
 	qp->region_head_off = l.head_off;
 	qp->rq_stride = shm_rq_stride(qp->cap.max_recv_sge);
+	/* A recycled region's ring holds old records: the counters say none
+	 * are new (both start at 0, ours and the peer's of ours). */
+	qp->bounce = bounce;
+	qp->bounce_ring = bounce ? qp->region_piece.addr + l.bounce_off : NULL;
+	qp->bounce_prod = qp->bounce_cons = qp->bounce_done = 0;
+	atomic_store(&r->bounce_prod, 0);
+	atomic_store(&r->bounce_cons, 0);
 	return 0;
 }
 
@@ -472,7 +479,7 @@ static int shm_region_send(struct shm_qp *qp, struct shm_conn *conn)
 {
 	struct shm_msg m = { .type = SHM_MSG_REGION };
 
-	if (shm_region_create(qp, conn->peer_rq_size) < 0)
+	if (shm_region_create(qp, conn->peer_rq_size, shm_conn_bounces(conn)) < 0)
 		return -1;
 	/* Receives posted in INIT must be in the region before the peer can
 	 * see it: a peer that starts sending the moment its exchange ends
@@ -493,7 +500,8 @@ static int shm_region_map(struct shm_qp *qp, struct shm_conn *conn, const struct
 			  int fd)
 {
 	struct shm_region_layout want = shm_region_layout(conn->peer_rq_size,
-							  conn->peer_rq_stride, qp->rq_size);
+							  conn->peer_rq_stride, qp->rq_size,
+							  shm_conn_bounces(conn));
 	const struct shm_region *pr;
 	const void *start;
 
@@ -515,6 +523,8 @@ static int shm_region_map(struct shm_qp *qp, struct shm_conn *conn, const struct
 		return ERR(EPROTO);
 	}
 	conn->peer_dq = shm_dq_entry((uint8_t *)conn->peer_region, qp->rq_size, 0);
+	conn->peer_bounce = shm_conn_bounces(conn) ?
+			    (const uint8_t *)start + want.bounce_off : NULL;
 	conn->my_dq = shm_dq_entry((uint8_t *)qp->region, conn->peer_rq_size, 0);
 	return 0;
 }
@@ -597,8 +607,8 @@ void shm_conn_destroy(struct shm_conn *conn)
 }
 
 /*
- * Announce every block of the PD's writable or remote-accessible MRs (SEND
- * targets and one-sided targets) to a new peer;
+ * Announce the window of every MR of the PD that has one (SEND targets and
+ * one-sided targets: shm_mr_share) to a new peer;
  * sq_lock held.  The table is read without the PD lock (reg_mr takes the PD
  * lock and then our sq_lock): an MR registered too late for this scan is
  * announced by reg_mr itself, which waits for our sq_lock and then finds
@@ -619,10 +629,10 @@ static int shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 		int fd, r;
 
 		id = e->block_id;
-		if (!id)
+		if (!id || !shm_conn_may_map(conn, e->access))
 			continue;
 		errno = 0;
-		fd = ferry_block_dup_fd(id);
+		fd = ferry_block_window_fd(id);
 		if (fd < 0) {
 			/* Freed meanwhile is fine; out of descriptors is not:
 			 * the peer would connect without the block and find
@@ -635,6 +645,7 @@ static int shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 		close(fd);
 		if (r < 0)
 			return -1;	/* a block the peer must have, not sent */
+		shm_pd_windows_out(spd);
 	}
 	return 0;
 }
@@ -899,17 +910,25 @@ static struct shm_mapping *shm_conn_find_block(struct shm_conn *conn, uint64_t i
 	return NULL;
 }
 
-/* Map the peer's block @id from @fd (which this closes). */
+/*
+ * Map the peer's window @id from @fd (which this closes): read-write, or
+ * read-only if that is how the peer opened it (a window of MRs we may
+ * only read).  What we write into must then be mapped writable
+ * (shm_conn_peer_block's callers check), or a hostile peer could have us
+ * fault on its read-only pages.
+ */
 static void shm_conn_take_block(struct shm_conn *conn, uint64_t id, int fd)
 {
 	struct shm_mapping *map = NULL;
+	int fl = fcntl(fd, F_GETFL);
+	int prot = fl >= 0 && (fl & O_ACCMODE) == O_RDONLY ? PROT_READ : PROT_READ | PROT_WRITE;
 
 	/* A peer in another process handing back one of our own blocks would
 	 * have us write our memory where it chooses: refuse. */
 	if (conn->peer_pid != ferry_pid() && ferry_block_is_own_inode(ferry_fd_inode(fd)))
 		ferry_warn("peer passed back one of our own memory blocks");
 	else if (!shm_conn_find_block(conn, id))
-		map = shm_map_fd(fd, 1, PROT_READ | PROT_WRITE);
+		map = shm_map_fd(fd, 1, prot);
 	close(fd);
 	if (!map)
 		return;

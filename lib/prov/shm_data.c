@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -26,6 +27,10 @@
 
 /* Internal verdicts of shm_execute beside the ferry_wc_status values. */
 #define SHM_EXEC_RNR		(-1)	/* no receive posted: wait and retry */
+#define SHM_EXEC_WAIT		(-2)	/* the peer's staging ring is full: wait for room,
+					 * keeping what was staged (qp->bounce_done) */
+/* A WR of ferry_post_send_direct: done whole at once, or not at all. */
+#define SHM_SWQE_WHOLE		(1u << 30)
 
 /* A piece of memory: here (ptr) or in the peer, reached through shm_peer.c (vaddr). */
 struct shm_seg {
@@ -303,12 +308,21 @@ static enum ferry_wc_status shm_remote_resolve(struct shm_conn *conn, uint32_t r
 	map = shm_conn_peer_block(conn, block_id);
 	off = block_off + (raddr - addr);
 	if (!map || off < block_off || off > map->size || len > map->size - off) {
-		ferry_info("rkey 0x%x: the peer's memory block %llu is not mapped here",
+		ferry_info("rkey 0x%x: the peer's memory window %llu is not mapped here",
 			   rkey, (unsigned long long)block_id);
 		return FERRY_WC_REM_ACCESS_ERR;
 	}
+	/* The peer decides what it lets us map writable, whatever its table says. */
+	if (!(map->prot & PROT_WRITE)) {
+		access &= FERRY_ACCESS_REMOTE_READ;
+		if (need != FERRY_ACCESS_REMOTE_READ) {
+			ferry_info("rkey 0x%x: the peer's window %llu is read-only", rkey,
+				   (unsigned long long)block_id);
+			return FERRY_WC_REM_ACCESS_ERR;
+		}
+	}
 	seg->ptr = (uint8_t *)map->addr + off;
-	/* Cache only what the block mapping fully covers. */
+	/* Cache only what the window mapping fully covers. */
 	if (block_off <= map->size && length <= map->size - block_off) {
 		conn->rkey_cached = rkey;
 		conn->rkey_access = access;
@@ -342,10 +356,14 @@ static int64_t shm_peer_recvs(struct shm_qp *qp, struct shm_conn *conn)
 	return (int64_t)avail;
 }
 
-/* Translate the peer's receive number qp->dq_seq into target segments. */
+/*
+ * Translate the peer's receive number qp->dq_seq into target segments; a
+ * bounced one (*bounce_p) has lengths only: its bytes go through our
+ * staging ring (shm_bounce_stage), on a connection that has one.
+ */
 static enum ferry_wc_status shm_peer_recv_segs(struct shm_qp *qp, struct shm_conn *conn,
 					       struct shm_seg *segs, int *nseg_p,
-					       uint64_t *cap_p)
+					       uint64_t *cap_p, bool *bounce_p)
 {
 	uint8_t *ent = shm_rq_entry((uint8_t *)conn->peer_region, conn->peer_rq_stride,
 				    conn->peer_rq_size, qp->dq_seq);
@@ -353,7 +371,9 @@ static enum ferry_wc_status shm_peer_recv_segs(struct shm_qp *qp, struct shm_con
 	const struct shm_rsge *rs = (const struct shm_rsge *)(ent + 8);
 	uint64_t cap = 0;
 
-	if (count > conn->peer_rq_sge)
+	*bounce_p = count & SHM_RQ_BOUNCE;
+	count &= ~SHM_RQ_BOUNCE;
+	if (count > conn->peer_rq_sge || (*bounce_p && !qp->bounce))
 		return FERRY_WC_REM_OP_ERR;
 	for (i = 0; i < count; i++) {
 		struct shm_rsge g;
@@ -364,10 +384,11 @@ static enum ferry_wc_status shm_peer_recv_segs(struct shm_qp *qp, struct shm_con
 			return FERRY_WC_REM_OP_ERR;
 		segs[i] = (struct shm_seg){ .vaddr = g.addr, .len = g.length };
 		cap += g.length;
-		if (!g.block_id || !g.length)
+		if (!g.block_id || !g.length || *bounce_p)
 			continue;
 		map = shm_conn_peer_block(conn, g.block_id);
-		if (!map || g.addr > map->size || g.length > map->size - g.addr)
+		if (!map || !(map->prot & PROT_WRITE) || g.addr > map->size ||
+		    g.length > map->size - g.addr)
 			return FERRY_WC_REM_OP_ERR;
 		segs[i].ptr = (uint8_t *)map->addr + g.addr;
 	}
@@ -405,8 +426,9 @@ static void shm_notify_peer(struct shm_qp *qp, struct shm_conn *conn, bool solic
 }
 
 /* Record that we consumed the peer's receive qp->dq_seq. */
-static void shm_deliver(struct shm_qp *qp, struct shm_conn *conn, uint32_t opcode,
-			uint32_t status, uint32_t byte_len, const struct shm_swqe *s)
+static void shm_deliver_as(struct shm_qp *qp, struct shm_conn *conn, uint32_t opcode,
+			   uint32_t status, uint32_t byte_len, const struct shm_swqe *s,
+			   uint32_t flags)
 {
 	struct shm_delivery *d = conn->my_dq - (qp->dq_seq & (conn->peer_rq_size - 1));
 	bool with_imm = s->opcode == FERRY_WR_SEND_WITH_IMM ||
@@ -417,9 +439,102 @@ static void shm_deliver(struct shm_qp *qp, struct shm_conn *conn, uint32_t opcod
 	d->status = status;
 	d->byte_len = byte_len;
 	d->imm_data = s->imm_data;
-	d->flags = (with_imm ? SHM_DELIVERY_IMM : 0) | (solicited ? SHM_DELIVERY_SOLICITED : 0);
+	d->flags = (with_imm ? SHM_DELIVERY_IMM : 0) | (solicited ? SHM_DELIVERY_SOLICITED : 0) |
+		   flags;
 	atomic_store_explicit(&d->seq, ++qp->dq_seq, memory_order_release);
 	shm_notify_peer(qp, conn, solicited || status != FERRY_WC_SUCCESS);
+}
+
+static inline void shm_deliver(struct shm_qp *qp, struct shm_conn *conn, uint32_t opcode,
+			       uint32_t status, uint32_t byte_len, const struct shm_swqe *s)
+{
+	shm_deliver_as(qp, conn, opcode, status, byte_len, s, 0);
+}
+
+/* --- bounced SENDs: staging --- */
+
+/* Copy bytes [@off, @off + @len) of the payload in @loc to @dst. */
+static void shm_segs_gather(uint8_t *dst, const struct shm_seg *loc, int nloc, uint64_t off,
+			    uint64_t len)
+{
+	int i;
+
+	for (i = 0; i < nloc && len; i++) {
+		uint64_t take;
+
+		if (off >= loc[i].len) {
+			off -= loc[i].len;
+			continue;
+		}
+		take = loc[i].len - off;
+		if (take > len)
+			take = len;
+		memcpy(dst, loc[i].ptr + off, take);
+		dst += take;
+		len -= take;
+		off = 0;
+	}
+}
+
+static inline uint64_t shm_bounce_rec_size(uint64_t len)
+{
+	return sizeof(struct shm_bounce_rec) + ((len + 15) & ~15ull);
+}
+
+/*
+ * Stage one record of the payload from qp->bounce_done on, in the room
+ * the ring has before its end (a record never wraps; one that would have
+ * no room for a byte there takes what is left, empty, and the next starts
+ * over at the beginning).  false: no room for a record now.
+ */
+static bool shm_bounce_put(struct shm_qp *qp, const struct shm_seg *loc, int nloc,
+			   uint64_t total, uint64_t room)
+{
+	uint64_t pos = qp->bounce_prod & (SHM_BOUNCE_SIZE - 1);
+	uint64_t tail = SHM_BOUNCE_SIZE - pos, fit = room < tail ? room : tail;
+	struct shm_bounce_rec h = { .recv = qp->dq_seq, .off = (uint32_t)qp->bounce_done };
+	uint64_t n = total - qp->bounce_done;
+
+	if (fit <= sizeof(h) && !(fit == sizeof(h) && tail == sizeof(h)))
+		return false;
+	if (n > fit - sizeof(h))
+		n = fit - sizeof(h);
+	h.len = (uint32_t)n;
+	memcpy(qp->bounce_ring + pos, &h, sizeof(h));
+	shm_segs_gather(qp->bounce_ring + pos + sizeof(h), loc, nloc, qp->bounce_done, n);
+	qp->bounce_done += n;
+	qp->bounce_prod += n ? shm_bounce_rec_size(n) : tail;
+	return true;
+}
+
+/*
+ * shm_bounce_stage - put the rest of @s's payload (from qp->bounce_done
+ * on) in records in our staging ring, for the peer to copy into its
+ * receive qp->dq_seq.  FERRY_WC_SUCCESS once all of it is staged;
+ * SHM_EXEC_WAIT when the ring fills first (the peer has not taken enough
+ * yet); SHM_EXEC_RNR with nothing done for a WR that must go whole
+ * (SHM_SWQE_WHOLE) and does not fit now.
+ */
+static int shm_bounce_stage(struct shm_qp *qp, struct shm_conn *conn, const struct shm_swqe *s,
+			    const struct shm_seg *loc, int nloc, uint64_t total)
+{
+	uint64_t cons = atomic_load_explicit(&conn->peer_region->bounce_cons, memory_order_acquire);
+	uint64_t start = qp->bounce_prod, used = qp->bounce_prod - cons;
+	bool staged;
+
+	if (used > SHM_BOUNCE_SIZE)
+		return FERRY_WC_REM_OP_ERR;	/* the peer took more than we put */
+	if ((s->flags & SHM_SWQE_WHOLE) && qp->bounce_done == 0 &&
+	    shm_bounce_rec_size(total) + sizeof(struct shm_bounce_rec) > SHM_BOUNCE_SIZE - used)
+		return SHM_EXEC_RNR;
+	while (qp->bounce_done < total &&
+	       (staged = shm_bounce_put(qp, loc, nloc, total,
+					SHM_BOUNCE_SIZE - (qp->bounce_prod - cons))))
+		;
+	if (qp->bounce_prod != start)
+		atomic_store_explicit(&qp->region->bounce_prod, qp->bounce_prod,
+				      memory_order_release);
+	return qp->bounce_done < total ? SHM_EXEC_WAIT : FERRY_WC_SUCCESS;
 }
 
 /* --- execution --- */
@@ -431,13 +546,22 @@ static int shm_exec_send(struct shm_qp *qp, struct shm_conn *conn, const struct 
 	uint64_t cap;
 	int ntgt, err;
 	enum ferry_wc_status st;
+	bool bounce;
 
-	st = shm_peer_recv_segs(qp, conn, tgt, &ntgt, &cap);
+	st = shm_peer_recv_segs(qp, conn, tgt, &ntgt, &cap, &bounce);
 	if (st != FERRY_WC_SUCCESS)
 		return st;
 	if (total > cap) {
 		shm_deliver(qp, conn, FERRY_WC_RECV, FERRY_WC_LOC_LEN_ERR, 0, s);
 		return FERRY_WC_REM_INV_REQ_ERR;
+	}
+	if (bounce) {
+		err = shm_bounce_stage(qp, conn, s, loc, nloc, total);
+		if (err != FERRY_WC_SUCCESS)
+			return err;
+		shm_deliver_as(qp, conn, FERRY_WC_RECV, FERRY_WC_SUCCESS, (uint32_t)total, s,
+			       SHM_DELIVERY_BOUNCE);
+		return FERRY_WC_SUCCESS;
 	}
 	err = shm_copy(conn, loc, nloc, tgt, ntgt, true, s->flags & SHM_SWQE_NOCACHE);
 	if (err) {
@@ -615,6 +739,30 @@ static bool shm_sq_rnr(struct shm_qp *qp)
 }
 
 /*
+ * The head WR waits for room in our staging ring; sq_lock held.  Not an
+ * RNR wait: no retry is used up, the peer is there and takes what we
+ * staged when it polls.  A sleeping peer is woken to do so; when it has,
+ * it kicks us (rnr_wait), and the monitor looks again meanwhile too.
+ */
+#define SHM_BOUNCE_RETRY_NS	1000000ull	/* 1 ms */
+static void shm_sq_wait_room(struct shm_qp *qp)
+{
+	struct shm_conn *conn = qp->conn;
+	uint64_t now = shm_now_ns();
+
+	qp->rnr_pending = true;
+	qp->rnr_deadline_ns = now + SHM_BOUNCE_RETRY_NS;
+	atomic_store(&qp->region->rnr_wait, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (SHM_BOUNCE_SIZE - (qp->bounce_prod - atomic_load_explicit(
+		&conn->peer_region->bounce_cons, memory_order_acquire)) >
+	    2 * sizeof(struct shm_bounce_rec))
+		qp->rnr_deadline_ns = now;	/* it took some meanwhile */
+	shm_notify_peer(qp, conn, true);
+	shm_monitor_rnr(qp);
+}
+
+/*
  * shm_sq_finish - account for @s, executed as SQ entry @seq with verdict
  * @st: its completion if it needs one, and ERR on failure.  sq_lock held;
  * returns false when the QP went to ERR.
@@ -627,6 +775,7 @@ static bool shm_sq_finish(struct shm_qp *qp, uint64_t seq, const struct shm_swqe
 		atomic_store_explicit(&qp->region->rnr_wait, 0, memory_order_relaxed);
 	}
 	qp->rnr_left = qp->rnr_retry;
+	qp->bounce_done = 0;
 	if (unlikely(st != FERRY_WC_SUCCESS)) {
 		shm_sq_complete(qp, seq, s, st, 0);
 		shm_qp_set_error(qp, ferry_wc_status_str(st));
@@ -670,6 +819,10 @@ void shm_sq_progress(struct shm_qp *qp)
 		uint64_t total = 0;
 		int st = shm_execute(qp, s, shm_swqe_sge(s), &total);
 
+		if (st == SHM_EXEC_WAIT) {
+			shm_sq_wait_room(qp);
+			return;
+		}
 		if (st == SHM_EXEC_RNR) {
 			if (shm_sq_rnr(qp))
 				return;
@@ -759,8 +912,8 @@ static int shm_sq_run_now(struct shm_qp *qp, const struct ferry_send_wr *wr,
 	shm_swqe_fill(&s, wr);
 	s.flags |= flags;
 	st = shm_execute(qp, &s, wr->sg_list, &total);
-	if (st == SHM_EXEC_RNR)
-		return st;
+	if (st == SHM_EXEC_RNR || st == SHM_EXEC_WAIT)
+		return SHM_EXEC_RNR;	/* queued, and taken up from where it is */
 	qp->sq_head++;
 	shm_sq_finish(qp, qp->sq_exec++, &s, st, total);
 	return 0;
@@ -801,7 +954,7 @@ static int shm_post_send_now(struct shm_qp *qp, const struct ferry_send_wr *wr)
 int shm_post_send_direct(struct ferry_qp *fqp, struct ferry_send_wr *wr, unsigned int how)
 {
 	struct shm_qp *qp = to_sqp(fqp);
-	unsigned int flags = FERRY_SEND_INLINE;
+	unsigned int flags = FERRY_SEND_INLINE | SHM_SWQE_WHOLE;
 	int err = EAGAIN;
 
 	if (how & FERRY_DIRECT_NOCACHE)

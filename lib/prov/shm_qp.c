@@ -48,10 +48,17 @@ static size_t shm_qp_sq_bytes(const struct shm_qp *qp)
 	return shm_qp_align((size_t)qp->sq_size * qp->sq_stride);
 }
 
+static size_t shm_qp_rq_slots(const struct shm_qp *qp)
+{
+	return (size_t)qp->rq_size * qp->cap.max_recv_sge;
+}
+
+/* SQ slots, then the receives' published SGEs, then their own: pages of
+ * anonymous memory, touched only as far as the queues are used. */
 static size_t shm_qp_arrays_bytes(const struct shm_qp *qp)
 {
-	return shm_qp_sq_bytes(qp) +
-	       (size_t)qp->rq_size * qp->cap.max_recv_sge * sizeof(*qp->rq_pending);
+	return shm_qp_sq_bytes(qp) + shm_qp_rq_slots(qp) * sizeof(*qp->rq_pending) +
+	       shm_qp_rq_slots(qp) * sizeof(*qp->rq_local);
 }
 
 static int shm_qp_arrays_alloc(struct shm_qp *qp)
@@ -63,6 +70,7 @@ static int shm_qp_arrays_alloc(struct shm_qp *qp)
 		return -1;
 	qp->sq = p;
 	qp->rq_pending = (struct shm_rsge *)(p + shm_qp_sq_bytes(qp));
+	qp->rq_local = (struct shm_lsge *)(qp->rq_pending + shm_qp_rq_slots(qp));
 	return 0;
 }
 

@@ -13,6 +13,40 @@
 
 #include "shm-internal.h"
 
+static void shm_rq_kick_peer(struct shm_conn *conn);
+
+/*
+ * Does receive @seq bounce (a connection that bounces, and some SGE of it
+ * a peer of another user may not write)?  rq_lock held.
+ */
+static bool shm_rq_bounces(struct shm_qp *qp, uint64_t seq)
+{
+	const struct shm_lsge *l = &qp->rq_local[(seq & (qp->rq_size - 1)) * qp->cap.max_recv_sge];
+	uint32_t i, n = shm_rwqe_at(qp, seq)->num_sge;
+
+	if (!qp->bounce)
+		return false;
+	for (i = 0; i < n; i++)
+		if (l[i].length && !l[i].direct)
+			return true;
+	return false;
+}
+
+/* A bounced receive as the peer sees it: how much, never where. */
+static void shm_rq_write_bounce(struct shm_qp *qp, uint64_t seq, uint8_t *ent)
+{
+	const struct shm_lsge *l = &qp->rq_local[(seq & (qp->rq_size - 1)) * qp->cap.max_recv_sge];
+	struct shm_rwqe *r = shm_rwqe_at(qp, seq);
+	struct shm_rsge *rs = (struct shm_rsge *)(ent + 8);
+	uint32_t i;
+
+	for (i = 0; i < r->num_sge; i++)
+		rs[i] = (struct shm_rsge){ 0, 0, l[i].length };
+	*(uint32_t *)ent = r->num_sge | SHM_RQ_BOUNCE;
+	r->bounce = true;
+	r->filled = 0;
+}
+
 /* Write receive @seq's translated SGEs into the region; rq_lock held. */
 static void shm_rq_write_entry(struct shm_qp *qp, uint64_t seq)
 {
@@ -20,6 +54,10 @@ static void shm_rq_write_entry(struct shm_qp *qp, uint64_t seq)
 	uint8_t *ent = shm_rq_entry((uint8_t *)qp->region, qp->rq_stride, qp->rq_size, seq);
 	uint32_t n = shm_rwqe_at(qp, seq)->num_sge;
 
+	if (shm_rq_bounces(qp, seq)) {
+		shm_rq_write_bounce(qp, seq, ent);
+		return;
+	}
 	/*
 	 * A fresh region reads zero, as does every receive without SGEs
 	 * (sockets post only those): on the ring's first lap they are in
@@ -75,6 +113,7 @@ static int shm_rq_put(struct shm_qp *qp, const struct ferry_recv_wr *wr)
 	struct shm_pd *spd = to_spd(qp->qp.pd);
 	uint32_t slot = (uint32_t)(qp->rq_prod & (qp->rq_size - 1));
 	struct shm_rsge *rs = &qp->rq_pending[(size_t)slot * qp->cap.max_recv_sge];
+	struct shm_lsge *ls = &qp->rq_local[(size_t)slot * qp->cap.max_recv_sge];
 	uint64_t total = 0;
 	int i;
 
@@ -95,15 +134,20 @@ static int shm_rq_put(struct shm_qp *qp, const struct ferry_recv_wr *wr)
 			    !(e->access & FERRY_ACCESS_LOCAL_WRITE))
 				return EINVAL;
 		}
-		if (e && e->block_id)
+		/* A read-only window is no place for a SEND: the sender
+		 * reaches such a receive as plain memory instead. */
+		if (e && e->block_id && shm_window_writable(e->access))
 			rs[i] = (struct shm_rsge){ e->block_id,
 						   e->block_offset + (g->addr - e->addr), g->length };
 		else
 			rs[i] = (struct shm_rsge){ 0, g->addr, g->length };
+		ls[i] = (struct shm_lsge){ g->addr, g->length,
+					   e && e->block_id &&
+					   (e->access & FERRY_ACCESS_REMOTE_WRITE) };
 		total += g->length;
 	}
-	*shm_rwqe_at(qp, qp->rq_prod) = (struct shm_rwqe){ wr->wr_id, total,
-							   (uint32_t)wr->num_sge };
+	*shm_rwqe_at(qp, qp->rq_prod) = (struct shm_rwqe){ .wr_id = wr->wr_id, .total_len = total,
+							   .num_sge = (uint32_t)wr->num_sge };
 	if (qp->region)
 		shm_rq_write_entry(qp, qp->rq_prod);
 	qp->rq_prod++;
@@ -128,20 +172,10 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
 		}
 	}
 	if (qp->region) {
-		struct shm_conn *conn = qp->conn;
-
 		atomic_store_explicit(&qp->region->rq_prod, qp->rq_prod, memory_order_release);
-		/* A sender waiting for a receive sleeps until kicked: pairs with
-		 * the fence in shm_sq_rnr. */
-		atomic_thread_fence(memory_order_seq_cst);
-		if (conn && atomic_load_explicit(&conn->peer_region->rnr_wait,
-						 memory_order_relaxed)) {
-			shm_wake(&conn->peer_kick);
-			/* A channel that is the connection: its pollers settle
-			 * the send (shm_sq_settle_rnr) when woken. */
-			if (atomic_load(&conn->peer_notify->word) & SHM_NOTIFY_CONN)
-				shm_conn_wake(conn);
-		}
+		/* A sender waiting for a receive sleeps until kicked. */
+		if (qp->conn)
+			shm_rq_kick_peer(qp->conn);
 	}
 	ferry_unlock(&qp->rq_lock);
 	if (state == FERRY_QPS_ERR) {
@@ -174,9 +208,98 @@ static void shm_rq_fatal(struct shm_qp *qp, const char *why, bool hostile)
 		atomic_store(&qp->region->in_error, 1);
 }
 
+/* The peer waits for something of ours (a receive, room in its ring): kick it. */
+static void shm_rq_kick_peer(struct shm_conn *conn)
+{
+	/* Pairs with the fence in shm_sq_rnr / shm_sq_wait_room. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&conn->peer_region->rnr_wait, memory_order_relaxed)) {
+		shm_wake(&conn->peer_kick);
+		/* A channel that is the connection: its pollers settle
+		 * the send (shm_sq_settle_rnr) when woken. */
+		if (atomic_load(&conn->peer_notify->word) & SHM_NOTIFY_CONN)
+			shm_conn_wake(conn);
+	}
+}
+
+/* Copy @len bytes from @src into receive @seq's own SGEs, from @off on. */
+static void shm_rq_scatter(struct shm_qp *qp, uint64_t seq, uint64_t off, const uint8_t *src,
+			   uint64_t len)
+{
+	const struct shm_lsge *l = &qp->rq_local[(seq & (qp->rq_size - 1)) * qp->cap.max_recv_sge];
+	uint32_t i, n = shm_rwqe_at(qp, seq)->num_sge;
+
+	for (i = 0; i < n && len; i++) {
+		uint64_t take;
+
+		if (off >= l[i].length) {
+			off -= l[i].length;
+			continue;
+		}
+		take = l[i].length - off;
+		if (take > len)
+			take = len;
+		memcpy((uint8_t *)(uintptr_t)l[i].addr + off, src, take);
+		src += take;
+		len -= take;
+		off = 0;
+	}
+}
+
+static inline uint64_t shm_bounce_rec_size(uint32_t len)
+{
+	return sizeof(struct shm_bounce_rec) + (((uint64_t)len + 15) & ~15ull);
+}
+
+/*
+ * shm_bounce_drain - copy what the peer has staged for our receives into
+ * them, each record's header copied once, then checked: a receive we have
+ * posted that bounces, the next bytes of it, within its length and the
+ * ring.  rq_lock held.  false: the peer broke the rules.
+ */
+static bool shm_bounce_drain(struct shm_qp *qp, struct shm_conn *conn)
+{
+	uint64_t prod = atomic_load_explicit(&conn->peer_region->bounce_prod, memory_order_acquire);
+	uint64_t start = qp->bounce_cons;
+
+	if (prod - qp->bounce_cons > SHM_BOUNCE_SIZE)
+		return false;
+	while (qp->bounce_cons != prod) {
+		uint64_t pos = qp->bounce_cons & (SHM_BOUNCE_SIZE - 1);
+		struct shm_bounce_rec h;
+		struct shm_rwqe *r;
+
+		if (prod - qp->bounce_cons < sizeof(h))
+			return false;
+		memcpy(&h, conn->peer_bounce + pos, sizeof(h));
+		if (h.len > SHM_BOUNCE_SIZE - pos - sizeof(h) ||
+		    shm_bounce_rec_size(h.len) > prod - qp->bounce_cons ||
+		    h.recv < qp->rq_cons || h.recv >= qp->rq_prod)
+			return false;
+		r = shm_rwqe_at(qp, h.recv);
+		if (!r->bounce || h.off != r->filled || h.len > r->total_len - r->filled)
+			return false;
+		shm_rq_scatter(qp, h.recv, h.off, conn->peer_bounce + pos + sizeof(h), h.len);
+		r->filled += h.len;
+		qp->bounce_cons += shm_bounce_rec_size(h.len);
+	}
+	if (qp->bounce_cons != start) {
+		atomic_store_explicit(&qp->region->bounce_cons, qp->bounce_cons,
+				      memory_order_release);
+		shm_rq_kick_peer(conn);
+	}
+	return true;
+}
+
 static bool shm_delivery_ok(const struct shm_delivery *d, const struct shm_rwqe *r)
 {
 	if (d->status != FERRY_WC_SUCCESS && d->status != FERRY_WC_LOC_LEN_ERR)
+		return false;
+	/* A bounced receive's bytes came through the ring, all of them; no
+	 * other receive's can. */
+	if (d->opcode == FERRY_WC_RECV && d->status == FERRY_WC_SUCCESS &&
+	    (r->bounce ? !(d->flags & SHM_DELIVERY_BOUNCE) || r->filled != d->byte_len :
+			 (d->flags & SHM_DELIVERY_BOUNCE) != 0))
 		return false;
 	if (d->opcode == FERRY_WC_RECV)
 		return d->status != FERRY_WC_SUCCESS || d->byte_len <= r->total_len;
@@ -199,10 +322,17 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 	if (conn && __atomic_load_n(&qp->qp.state, __ATOMIC_RELAXED) != FERRY_QPS_ERR &&
 	    !conn->dead &&
 	    atomic_load_explicit(&(conn->peer_dq - (qp->rq_cons & mask))->seq,
-				 memory_order_relaxed) != qp->rq_cons + 1)
+				 memory_order_relaxed) != qp->rq_cons + 1 &&
+	    (!qp->bounce || atomic_load_explicit(&conn->peer_region->bounce_prod,
+						 memory_order_relaxed) == qp->bounce_cons))
 		return 0;
 
 	ferry_lock(&qp->rq_lock);
+	/* The peer's staged bytes first: its deliveries follow their records. */
+	if (conn && qp->bounce && !conn->dead &&
+	    __atomic_load_n(&qp->qp.state, __ATOMIC_RELAXED) != FERRY_QPS_ERR &&
+	    !shm_bounce_drain(qp, conn))
+		shm_rq_fatal(qp, "peer staged a malformed SEND", true);
 	while (conn && got < n && qp->rq_cons != qp->rq_prod) {
 		const struct shm_rwqe *r = shm_rwqe_at(qp, qp->rq_cons);
 		struct shm_delivery *pd = conn->peer_dq - (qp->rq_cons & mask);
@@ -213,6 +343,12 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 			break;
 		memcpy((char *)&d + sizeof(d.seq), (char *)pd + sizeof(d.seq),
 		       sizeof(d) - sizeof(d.seq));
+		/* Its last records came before it: a look at the ring after
+		 * the delivery's (acquire) finds them. */
+		if (r->bounce && r->filled != d.byte_len && !shm_bounce_drain(qp, conn)) {
+			shm_rq_fatal(qp, "peer staged a malformed SEND", true);
+			break;
+		}
 		if (!shm_delivery_ok(&d, r)) {
 			shm_rq_fatal(qp, "peer wrote a malformed delivery", true);
 			break;

@@ -441,6 +441,15 @@ void sock_conn_teardown(struct ferry_sock *s)
 			s->ready = p->next;
 		sock_free(p);
 	}
+	/*
+	 * The ring before its QP and its MR: when a PD's last QP goes, or a
+	 * region is deregistered, the memory its peers mapped is taken back
+	 * from them by moving its pages (a copy, ferry_block_renew), which
+	 * memory freed first never needs.  (Over verbs the registration holds
+	 * its pages until the dereg that follows.)
+	 */
+	if (s->rbuf)
+		ferry_free(s->rbuf);
 	/* The id first: once the CM has let go of it, its QP goes without
 	 * another trip to the CM thread. */
 	if (s->id) {
@@ -465,8 +474,6 @@ void sock_conn_teardown(struct ferry_sock *s)
 	s->smr = s->rmr = NULL;
 	if (s->sbuf)
 		munmap(s->sbuf, s->sbuf_size);
-	if (s->rbuf)
-		ferry_free(s->rbuf);
 	s->sbuf = s->rbuf = NULL;
 	if (s->pd && ferry_dealloc_pd(s->pd) < 0)
 		ferry_warn("socket %d: releasing its PD: %m", s->fd);
