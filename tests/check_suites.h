@@ -24,5 +24,6 @@ Suite *hostile_cm_suite(void);
 Suite *sock_suite(void);
 Suite *config_suite(void);
 Suite *stat_suite(void);
+Suite *tcp_wire_suite(void);
 
 #endif /* FERRY_CHECK_SUITES_H */

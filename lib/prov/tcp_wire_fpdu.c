@@ -71,17 +71,17 @@ int tcpw_fpdu_build(const uint8_t *hdr, size_t hdr_len, const void *payload,
 		{ .iov_base = (void *)hdr, .iov_len = hdr_len },
 		{ .iov_base = (void *)payload, .iov_len = payload_len },
 	};
-	uint8_t trailer[7];
+	uint8_t head[2], trailer[7];
 	size_t trailer_len, len;
 	int err;
 
-	err = tcpw_fpdu_frame(iov, 2, crc, buf, trailer, &trailer_len);
+	err = tcpw_fpdu_frame(iov, 2, crc, head, trailer, &trailer_len);
 	if (err)
 		return err;
 	len = tcpw_fpdu_len(hdr_len + payload_len);
 	if (cap < len)
 		return TCPW_ERR_NOSPACE;
-	/* Header first: buf[0..1] already holds ULPDU_LENGTH. */
+	memcpy(buf, head, sizeof(head));
 	memcpy(buf + TCPW_FPDU_LEN_SIZE, hdr, hdr_len);
 	if (payload_len)
 		memcpy(buf + TCPW_FPDU_LEN_SIZE + hdr_len, payload, payload_len);
@@ -93,11 +93,14 @@ int tcpw_fpdu_build(const uint8_t *hdr, size_t hdr_len, const void *payload,
 int tcpw_fpdu_parser_init(struct tcpw_fpdu_parser *p, uint8_t *buf, size_t cap,
 			  size_t max_ulpdu, bool crc)
 {
+	/* The largest ULPDU whose FPDU fits buf: CRC out, then length and
+	 * ULPDU rounded down to the 4-byte boundary PAD would round up to. */
+	size_t fits = cap < 8 ? 0 : ((cap - TCPW_FPDU_CRC_SIZE) & ~(size_t)3) - 2;
+
 	if (max_ulpdu > TCPW_ULPDU_MAX)
 		max_ulpdu = TCPW_ULPDU_MAX;
-	/* Largest ULPDU whose FPDU fits buf (pad depends on the length). */
-	while (max_ulpdu >= TCPW_DDP_TAGGED_HDR && tcpw_fpdu_len(max_ulpdu) > cap)
-		max_ulpdu--;
+	if (max_ulpdu > fits)
+		max_ulpdu = fits;
 	if (max_ulpdu < TCPW_DDP_TAGGED_HDR)
 		return TCPW_ERR_INVAL;
 	*p = (struct tcpw_fpdu_parser){ .buf = buf, .max_ulpdu = max_ulpdu, .crc = crc };
