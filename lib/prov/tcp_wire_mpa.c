@@ -215,6 +215,20 @@ static uint8_t mpa_pick_rtr(const struct tcpw_mpa_frame *req, uint8_t accept, ui
 	return 0;
 }
 
+/* The Reply's IRD/ORD block: never more outbound Reads than the
+ * Initiator takes in; our IRD is what we can serve, and bounds its ORD. */
+static int mpa_answer_v2(const struct tcpw_mpa_frame *req, const struct tcpw_mpa_local *local,
+			 struct tcpw_mpa_frame *rep)
+{
+	rep->ord = min16(clamp_count(local->ord), req->ird);
+	rep->ird = clamp_count(local->ird);
+	if (!req->p2p)
+		return 0;
+	rep->p2p = true;
+	rep->rtr = mpa_pick_rtr(req, local->rtr, rep->ird);
+	return rep->rtr ? 0 : TCPW_ERR_MPA_NO_RTR;
+}
+
 int tcpw_mpa_answer(const struct tcpw_mpa_frame *req, const struct tcpw_mpa_local *local,
 		    const uint8_t *pd, uint16_t pd_len, struct tcpw_mpa_frame *rep_p,
 		    struct tcpw_mpa_params *params_p)
@@ -227,26 +241,17 @@ int tcpw_mpa_answer(const struct tcpw_mpa_frame *req, const struct tcpw_mpa_loca
 		.pd = pd,
 		.pd_len = pd_len,
 	};
+	int err = 0;
 
-	if (req->markers) {
-		/* ferry never inserts markers, and a peer that needs them
-		 * cannot do without: refuse, M cleared, as siw does. */
+	/* ferry never inserts markers, and a peer that needs them cannot do
+	 * without: refuse, M cleared, as siw does. */
+	if (req->markers)
+		err = TCPW_ERR_MPA_MARKERS;
+	else if (rep.enhanced)
+		err = mpa_answer_v2(req, local, &rep);
+	if (err) {
 		tcpw_mpa_reject(req, NULL, 0, rep_p);
-		return TCPW_ERR_MPA_MARKERS;
-	}
-	if (rep.enhanced) {
-		/* Never more outbound Reads than the Initiator takes in; our
-		 * IRD is what we can serve, and it bounds its ORD. */
-		rep.ord = min16(clamp_count(local->ord), req->ird);
-		rep.ird = clamp_count(local->ird);
-		if (req->p2p) {
-			rep.p2p = true;
-			rep.rtr = mpa_pick_rtr(req, local->rtr, rep.ird);
-			if (!rep.rtr) {
-				tcpw_mpa_reject(req, NULL, 0, rep_p);
-				return TCPW_ERR_MPA_NO_RTR;
-			}
-		}
+		return err;
 	}
 	*rep_p = rep;
 	*params_p = (struct tcpw_mpa_params){
