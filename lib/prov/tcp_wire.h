@@ -376,7 +376,8 @@ struct tcpw_term {
 	bool d;				/* ddp_hdr holds the faulting DDP header */
 	bool r;				/* rdma_hdr holds the faulting Read Request */
 	uint16_t ddp_seg_len;		/* the faulting segment's ULPDU_LENGTH */
-	uint8_t ddp_hdr_len;		/* 14 or 18, by the copied header's T bit */
+	uint8_t ddp_hdr_len;		/* decode: 14 or 18, by the copy's T bit (which
+					 * is what encode goes by) */
 	uint8_t ddp_hdr[TCPW_DDP_UNTAGGED_HDR];
 	uint8_t rdma_hdr[TCPW_READ_REQ_BODY];
 };
