@@ -30,8 +30,9 @@ PACKAGES=(
 	libevent-dev libibverbs-dev librdmacm-dev
 	# rdma-core user space for the verbs path: providers (rxe) and rping
 	ibverbs-providers rdmacm-utils
-	# the test suite: Check unit tests and the valgrind stage
-	check valgrind
+	# the test suite: Check unit tests and the valgrind stage; tshark reads
+	# the tcp transport's iWARP frames back (tests/tcp_wire_tshark.sh)
+	check valgrind tshark
 	# the Soft-RoCE VM of the verbs tests (tests/rxe/rxe-vm.sh): qemu, a busybox
 	# initramfs, the kernel's modules, the rdma tools the VM borrows from this host
 	qemu-system-x86 busybox-static cpio kmod ibverbs-utils iproute2

@@ -26,5 +26,6 @@ Suite *sock_suite(void);
 Suite *repoll_suite(void);
 Suite *config_suite(void);
 Suite *stat_suite(void);
+Suite *tcp_wire_suite(void);
 
 #endif /* FERRY_CHECK_SUITES_H */
