@@ -128,7 +128,8 @@ static void segment(struct capture *c, struct end *from, struct end *to, uint8_t
 	tcpw_put16(frame + 12, 0x0800);
 	ipv4_header(frame + 14, from, to, len);
 	tcp_header(frame + 34, from, to, flags, payload, len);
-	memcpy(frame + HDRS_LEN, payload, len);
+	if (len)	/* a SYN or an ACK carries none: payload may be NULL */
+		memcpy(frame + HDRS_LEN, payload, len);
 	put_le32(c->f, 1700000000);
 	put_le32(c->f, c->usec += 1000);
 	put_le32(c->f, (uint32_t)(HDRS_LEN + len));
