@@ -500,9 +500,9 @@ START_TEST(test_strings)
 END_TEST
 
 /*
- * shm: a PD's MR table is a piece of the process's arena; the next PD gets
- * it back with every slot's key generation kept, so a key of the first PD
- * opens nothing of the second.
+ * shm: a PD's MR table (its primary, in the arena's private pool) is
+ * reused by the next PD with every slot's key generation kept, so a key
+ * of the first PD opens nothing of the second.
  */
 START_TEST(test_arena_table_reuse)
 {

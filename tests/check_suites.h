@@ -7,6 +7,7 @@
 #include <check.h>
 
 Suite *objects_suite(void);
+Suite *arena_suite(void);
 Suite *qp_state_suite(void);
 Suite *ops_suite(void);
 Suite *errors_suite(void);
