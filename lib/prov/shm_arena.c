@@ -91,7 +91,8 @@ struct shm_pool {
 	struct shm_free *free[SHM_PIECE_KINDS][SHM_ARENA_CLASSES];
 	size_t pieces;			/* handed out, not back */
 	int refs;			/* connections holding it (shm_arena_pool_get) */
-	struct shm_pool *hnext;		/* in its hash bucket */
+	struct shm_pool *hnext;		/* in its hash bucket, or (inherited) in
+					 * arena.inherited */
 	struct shm_pool *idle_prev, *idle_next;
 };
 
@@ -99,6 +100,7 @@ static struct {
 	pthread_mutex_t lock;
 	pid_t pid;			/* owner of the pools: after fork, start anew */
 	struct shm_pool *private_pool;	/* made at first use */
+	struct shm_pool *inherited;	/* our parent's, still in use here */
 	struct shm_pool *buckets[SHM_POOL_BUCKETS];
 	unsigned int npools;		/* peers' pools, idle ones included */
 	/* Idle pools, the one idle the longest first. */
@@ -251,8 +253,14 @@ static struct shm_pool *shm_pool_settle_locked(struct shm_pool *pool)
 		shm_pool_unidle_locked(pool);
 		return NULL;
 	}
-	if (pool->inherited)
+	if (pool->inherited) {
+		struct shm_pool **pp = &arena.inherited;
+
+		while (*pp != pool)
+			pp = &(*pp)->hnext;
+		*pp = pool->hnext;
 		return pool;
+	}
 	if (pool->private || pool->idle)
 		return NULL;
 	pool->idle = true;
@@ -284,16 +292,18 @@ static void shm_pool_inherit_locked(struct shm_pool *pool)
 {
 	pool->idle = false;
 	pool->idle_prev = pool->idle_next = NULL;
-	pool->hnext = NULL;
 	if (!pool->pieces && !pool->refs) {
 		shm_pool_destroy_locked(pool);
 		return;
 	}
 	pool->inherited = true;
 	shm_pool_forget_free_locked(pool);	/* never ours to hand out */
+	pool->hnext = arena.inherited;
+	arena.inherited = pool;
 }
 
-/* A child of fork starts with no pools (its parent uses them). */
+/* A child of fork starts with no pools (its parent uses them); those
+ * its grandparent left it stay inherited. */
 static void shm_arena_adopt_locked(void)
 {
 	unsigned int b;
