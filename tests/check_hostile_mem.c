@@ -522,6 +522,10 @@ static void hm_relay_connect(struct hm_relay *r, struct ferry_qp *qp, int sock)
 		TU_CHILD_CHECK(errno == EAGAIN && tu_now_ms() < end);
 		poll(p, 2, 10);
 	}
+	/* The step that completed ours may have sent our READY, which S
+	 * still waits for: S's READY can come before ours has left. */
+	while (hm_relay_one(r, r->inner, r->outer, false))
+		;
 	TU_CHILD_CHECK(tu_qp_to_rtr(qp, peer_qpn, 0) == 0);
 	TU_CHILD_CHECK(tu_qp_to_rts(qp, 7) == 0);
 }
