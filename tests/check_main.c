@@ -21,6 +21,7 @@ int main(void)
 
 	runner = srunner_create(objects_suite());
 	srunner_add_suite(runner, query_suite());
+	srunner_add_suite(runner, arena_suite());
 	srunner_add_suite(runner, qp_state_suite());
 	srunner_add_suite(runner, ops_suite());
 	srunner_add_suite(runner, errors_suite());

@@ -503,9 +503,9 @@ START_TEST(test_strings)
 END_TEST
 
 /*
- * shm: a PD's MR table is a piece of the process's arena; the next PD gets
- * it back with every slot's key generation kept, so a key of the first PD
- * opens nothing of the second.
+ * shm: a PD's MR table (its primary, in the arena's private pool) is
+ * reused by the next PD with every slot's key generation kept, so a key
+ * of the first PD opens nothing of the second.
  */
 START_TEST(test_arena_table_reuse)
 {
@@ -585,8 +585,8 @@ START_TEST(test_arena_fork)
 	int status;
 	pid_t pid;
 
-	ck_assert_int_eq(shm_arena_get(64, SHM_PIECE_NOTIFY, &mine), 0);
-	ck_assert_int_eq(shm_arena_get(64, SHM_PIECE_NOTIFY, &kept), 0);
+	ck_assert_int_eq(shm_arena_get(NULL, 64, SHM_PIECE_NOTIFY, &mine), 0);
+	ck_assert_int_eq(shm_arena_get(NULL, 64, SHM_PIECE_NOTIFY, &kept), 0);
 	mine_addr = mine.addr;
 	shm_arena_put(&mine, 64);	/* free in the parent */
 	pid = tu_fork_quiet();
@@ -597,13 +597,13 @@ START_TEST(test_arena_fork)
 
 		shm_arena_put(&kept, 64);	/* the parent's: not ours to reuse */
 		for (int i = 0; i < 64 && ok; i++)
-			ok = shm_arena_get(64, SHM_PIECE_NOTIFY, &p) == 0 && p.seg != kept.seg;
+			ok = shm_arena_get(NULL, 64, SHM_PIECE_NOTIFY, &p) == 0 && p.seg != kept.seg;
 		_exit(ok ? 0 : 1);
 	}
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert(WIFEXITED(status));
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
-	ck_assert_int_eq(shm_arena_get(64, SHM_PIECE_NOTIFY, &other), 0);
+	ck_assert_int_eq(shm_arena_get(NULL, 64, SHM_PIECE_NOTIFY, &other), 0);
 	ck_assert_ptr_eq(other.addr, mine_addr);	/* the parent's free list is intact */
 	shm_arena_put(&other, 64);
 	shm_arena_put(&kept, 64);
@@ -799,22 +799,22 @@ START_TEST(test_arena_kinds_apart)
 	struct shm_piece r, t;
 	uint8_t *addr;
 
-	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_REGION, &r), 0);
+	ck_assert_int_eq(shm_arena_get(NULL, 1 << 20, SHM_PIECE_REGION, &r), 0);
 	ck_assert(r.zero);
 	ck_assert(tu_all_bytes(r.addr, r.size, 0));
 	addr = r.addr;
 	memset(addr + 8192, 0xa5, 64);
 	shm_arena_put(&r, SHM_PIECE_UNZEROED);
-	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_TABLE, &t), 0);
+	ck_assert_int_eq(shm_arena_get(NULL, 1 << 20, SHM_PIECE_TABLE, &t), 0);
 	ck_assert_ptr_ne(t.addr, addr);
 	ck_assert(t.zero);
 	shm_arena_put(&t, 0);
-	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_REGION, &r), 0);
+	ck_assert_int_eq(shm_arena_get(NULL, 1 << 20, SHM_PIECE_REGION, &r), 0);
 	ck_assert_ptr_eq(r.addr, addr);	/* its own kind gets it back */
 	ck_assert(!r.zero);
 	ck_assert(tu_all_bytes(addr + 8192, 64, 0xa5));
 	shm_arena_put(&r, 8192 + 64);
-	ck_assert_int_eq(shm_arena_get(1 << 20, SHM_PIECE_REGION, &r), 0);
+	ck_assert_int_eq(shm_arena_get(NULL, 1 << 20, SHM_PIECE_REGION, &r), 0);
 	ck_assert_ptr_eq(r.addr, addr);
 	ck_assert(r.zero);
 	ck_assert(tu_all_bytes(r.addr, r.size, 0));
@@ -832,9 +832,9 @@ START_TEST(test_arena_small_pieces_share_pages)
 	struct shm_piece t1, r, t2;
 	long page = sysconf(_SC_PAGESIZE);
 
-	ck_assert_int_eq(shm_arena_get(128, SHM_PIECE_TABLE, &t1), 0);
-	ck_assert_int_eq(shm_arena_get(1 << 16, SHM_PIECE_REGION, &r), 0);
-	ck_assert_int_eq(shm_arena_get(128, SHM_PIECE_TABLE, &t2), 0);
+	ck_assert_int_eq(shm_arena_get(NULL, 128, SHM_PIECE_TABLE, &t1), 0);
+	ck_assert_int_eq(shm_arena_get(NULL, 1 << 16, SHM_PIECE_REGION, &r), 0);
+	ck_assert_int_eq(shm_arena_get(NULL, 128, SHM_PIECE_TABLE, &t2), 0);
 	ck_assert_ptr_eq(t1.seg, t2.seg);
 	ck_assert_uint_eq(t1.off / (size_t)page, t2.off / (size_t)page);
 	ck_assert_uint_ne(t1.off, t2.off);

@@ -8,6 +8,7 @@
 
 Suite *objects_suite(void);
 Suite *query_suite(void);
+Suite *arena_suite(void);
 Suite *qp_state_suite(void);
 Suite *ops_suite(void);
 Suite *errors_suite(void);

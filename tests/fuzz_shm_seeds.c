@@ -15,9 +15,9 @@
 
 #include "shm-internal.h"
 
-static int seed(const char *dir, const char *name, const struct shm_msg *m)
+static int seed(const char *dir, const char *name, const struct shm_msg *m, int nfds)
 {
-	unsigned char head[2] = { (unsigned char)shm_msg_nfds(m->type),
+	unsigned char head[2] = { (unsigned char)nfds,
 				  (unsigned char)(SHM_MSG_BIT(m->type) >> 1) };
 	char path[4096];
 	FILE *f;
@@ -48,23 +48,31 @@ int main(int argc, char **argv)
 	m.wake.len = m.kick.len = 6;
 	memcpy(m.wake.bytes, "\0abcde", 6);
 	memcpy(m.kick.bytes, "\0fghij", 6);
-	m.off[0] = 4096;
-	m.off[1] = 8192;
-	bad |= seed(argv[1], "hello", &m);
+	bad |= seed(argv[1], "hello", &m, 0);
 	memset(&m.qp_num, 0, sizeof(m) - offsetof(struct shm_msg, qp_num));
+	/* A REGION the fuzzer's check accepts as it is (qp_num and psn 0: both
+	 * queues one deep), its pieces in one segment, as ours are. */
 	m.type = SHM_MSG_REGION;
-	m.value = 8192;
-	m.off[0] = 65536;
-	bad |= seed(argv[1], "region", &m);
+	m.value = shm_region_layout(1, 8 + sizeof(struct shm_rsge), 1, false).size;
+	m.table_entries = 4;
+	m.off[SHM_RP_REGION] = 65536;
+	m.off[SHM_RP_TABLE] = 4096;
+	m.off[SHM_RP_NOTIFY] = 8192;
+	bad |= seed(argv[1], "region", &m, 1);
+	/* The same in three segments. */
+	m.fdi[SHM_RP_TABLE] = 1;
+	m.fdi[SHM_RP_NOTIFY] = 2;
+	bad |= seed(argv[1], "region3", &m, 3);
+	memset(&m.qp_num, 0, sizeof(m) - offsetof(struct shm_msg, qp_num));
 	m.type = SHM_MSG_TABLE;
-	m.value = 0;
-	bad |= seed(argv[1], "table", &m);
+	m.off[0] = 65536;
+	bad |= seed(argv[1], "table", &m, 1);
 	m.type = SHM_MSG_BLOCK;
 	m.value = 3;
 	m.off[0] = 0;
-	bad |= seed(argv[1], "block", &m);
+	bad |= seed(argv[1], "block", &m, 1);
 	m.type = SHM_MSG_READY;
 	m.value = 0;
-	bad |= seed(argv[1], "ready", &m);
+	bad |= seed(argv[1], "ready", &m, 0);
 	return bad;
 }

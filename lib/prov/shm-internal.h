@@ -13,11 +13,20 @@
  *     peers that decide whether to wake the CQ (a datagram to its wake
  *     socket's name, shm_wake.c).
  *
- * MR tables, notify words and regions are pieces of the process's arena
- * (shm_arena.c: a few large memfds, mapped once per peer process).  They are
- * sealed against shrinking and, after the owner has
- * mapped them, against any new writable mapping (F_SEAL_FUTURE_WRITE): a peer
- * can only map them read-only, so it can never corrupt what other peers see.
+ * Isolation.  A peer sees only memory of connections with its own process.
+ * Regions, and the copies ("mirrors") of MR tables and notify words that
+ * peers read, are pieces of the arena's pool of that peer process
+ * (shm_arena.c: a few large memfds per pool, mapped once by the peer).
+ * The owner keeps the primary copy of a PD's table and of a CQ's word in
+ * memory no peer maps (the arena's private pool), writes every change
+ * there and then to the mirror in the pool of each peer process it has a
+ * connection with through that PD or CQ (shm.c), and reads only the
+ * primary.  A PD or CQ shared by connections to several processes thus
+ * shows each of them that PD's MR table (an rkey is valid on any QP of its
+ * PD, as in ibverbs), and nothing of any other PD, CQ or QP.  Pool
+ * segments are sealed against shrinking and, after the owner has mapped
+ * them, against any new writable mapping (F_SEAL_FUTURE_WRITE): a peer can
+ * only map them read-only, so it can never corrupt what it reads.
  * Memory from ferry_alloc() is a memfd the peer maps read-write: that is what
  * makes WRITE, READ and atomics one-sided.  Everything read from a peer's
  * memory is copied once, then validated, then used.
@@ -51,7 +60,7 @@
 #include "lock.h"
 
 #define SHM_MAGIC		0x46525931u	/* "FRY1" */
-#define SHM_VERSION		7u	/* 7: the exchange ends with READY both ways */
+#define SHM_VERSION		8u	/* 8: HELLO passes no memory, REGION the peer's pool */
 
 #define SHM_MAX_QP_WR		(1u << 15)	/* queue depth limit */
 #define SHM_MAX_SGE		16u
@@ -212,13 +221,23 @@ struct shm_wake_name {
 /* --- out-of-band messages on the AF_UNIX SOCK_SEQPACKET socket --- */
 
 enum shm_msg_type {
-	SHM_MSG_HELLO = 1,	/* fds: segments of the MR table and of the recv CQ's
-				 * notify word */
-	SHM_MSG_REGION = 2,	/* fds: the region's segment */
+	SHM_MSG_HELLO = 1,	/* no fds: the QP, its queue, its wake sockets */
+	SHM_MSG_REGION = 2,	/* fds: the segments of the region and of the copies
+				 * of the MR table and the recv CQ's notify word,
+				 * each once (usually one segment for all three) */
 	SHM_MSG_BLOCK = 3,	/* fds: one ferry_alloc block */
-	SHM_MSG_TABLE = 4,	/* fds: segment of the PD's overflow MR table */
+	SHM_MSG_TABLE = 4,	/* fds: segment of the copy of the PD's overflow MR table */
 	SHM_MSG_READY = 5,	/* no fds: the sender holds all the peer sent */
 };
+
+/* The pieces a REGION names, in off[] and fdi[]. */
+enum shm_region_piece {
+	SHM_RP_REGION,		/* the QP's region */
+	SHM_RP_TABLE,		/* the PD's MR table */
+	SHM_RP_NOTIFY,		/* the recv CQ's notify word */
+	SHM_RP_PIECES
+};
+#define SHM_MSG_FDS		SHM_RP_PIECES	/* the most a message carries */
 
 struct shm_msg {
 	uint32_t magic;
@@ -228,26 +247,29 @@ struct shm_msg {
 	uint32_t psn;		/* HELLO */
 	uint32_t rq_size;	/* HELLO */
 	uint32_t rq_sge;	/* HELLO */
-	uint32_t table_entries;	/* HELLO: slots of the MR table */
+	uint32_t table_entries;	/* REGION: slots of the MR table */
 	struct shm_wake_name wake;	/* HELLO: the recv CQ's wake socket */
 	struct shm_wake_name kick;	/* HELLO: the monitor's, for RNR */
 	uint64_t value;		/* REGION: region size; BLOCK: block id */
-	/* Where in the segments passed with it: HELLO: MR table, notify word;
-	 * REGION: the region. */
-	uint64_t off[2];
+	/* Where pieces lie in the segments passed with the message: REGION:
+	 * off[SHM_RP_*] in its descriptor number fdi[SHM_RP_*]; TABLE: off[0]. */
+	uint64_t off[SHM_RP_PIECES];
+	uint32_t fdi[SHM_RP_PIECES];
+	uint32_t pad;
 };
 
-#define SHM_HELLO_FDS	2
 #define SHM_MSG_BIT(type) (1u << (type))
 
 /*
- * shm_msg.c: what a message must be before it is used.  shm_msg_shape_ok:
- * @len bytes, our magic and version, one of @types (SHM_MSG_BIT mask),
- * with the @nfds descriptors its type carries.  shm_piece_ok: [@off,
- * +@size) nonempty, @align-aligned, inside an arena segment.  The value
- * checks of HELLO (depths, table size, wake names, its two pieces), TABLE
- * (a full-size table) and REGION (the size @want says, aligned, inside a
- * segment).
+ * shm_msg.c: what a message must be before it is used.  shm_msg_nfds: the
+ * descriptors a message of @type carries (REGION: at least; up to
+ * SHM_MSG_FDS).  shm_msg_shape_ok: @len bytes, our magic and version, one
+ * of @types (SHM_MSG_BIT mask), with as many descriptors (@nfds) as its
+ * type carries.  shm_piece_ok: [@off, +@size) nonempty, @align-aligned,
+ * inside an arena segment.  The value checks of HELLO (depths, wake
+ * names), TABLE (a full-size table) and REGION (the region the size @want
+ * says, the MR table's size, its three pieces aligned, inside a segment,
+ * each in one of the @nfds descriptors, and every descriptor naming one).
  */
 #define SHM_ARENA_SEG_SIZE	(256ul << 20)	/* sparse: address space only */
 int shm_msg_nfds(uint32_t type);
@@ -256,7 +278,7 @@ bool shm_piece_ok(uint64_t off, uint64_t size, uint64_t align);
 bool shm_hello_ok(const struct shm_msg *m);
 bool shm_table_msg_ok(uint64_t off);	/* TABLE: off[0], the overflow table */
 struct shm_region_layout;
-bool shm_region_msg_ok(const struct shm_msg *m, const struct shm_region_layout *want);
+bool shm_region_msg_ok(const struct shm_msg *m, int nfds, const struct shm_region_layout *want);
 
 /* --- mappings of peers' files, shared by every connection to them --- */
 
@@ -292,10 +314,15 @@ void shm_map_keep(struct shm_mapping *m);
 
 /* --- the arena: shared memory peers only read (shm_arena.c) --- */
 
+/* The pieces of one peer process (or, private, of none). */
+struct shm_pool;
+
 struct shm_aseg {
 	uint8_t *addr;			/* our read-write mapping */
 	size_t size;
-	int fd;				/* what peers map, read-only */
+	int fd;				/* what the pool's peer maps, read-only;
+					 * -1 in the private pool */
+	struct shm_pool *pool;
 	struct shm_aseg *next;
 };
 
@@ -316,7 +343,21 @@ struct shm_piece {
 	bool zero;			/* from shm_arena_get: all of it reads 0 */
 };
 
-int shm_arena_get(size_t size, enum shm_piece_kind kind, struct shm_piece *p);
+/*
+ * shm_arena_pool_get - the pool of the peer process @pid of user @uid (as
+ * the kernel vouches for them), made if need be, held by the caller (a
+ * connection) until shm_arena_pool_put.  NULL + errno.  Unused pools stay
+ * for the next connection of the pair, up to SHM_POOL_IDLE of them.
+ */
+#define SHM_POOL_IDLE	8
+struct shm_pool *shm_arena_pool_get(pid_t pid, uid_t uid);
+void shm_arena_pool_put(struct shm_pool *pool);
+/* Test hook: the peers' pools this process has; *idle_p: idle among them. */
+int shm_arena_test_pools(unsigned int *idle_p);
+
+/* A piece of @pool (NULL: the private pool, which no peer maps); -1 + errno. */
+int shm_arena_get(struct shm_pool *pool, size_t size, enum shm_piece_kind kind,
+		  struct shm_piece *p);
 /*
  * Give a piece back for reuse; its first @dirty bytes may be nonzero and
  * are zeroed here -- unless @dirty is SHM_PIECE_UNZEROED: then it is given
@@ -324,8 +365,22 @@ int shm_arena_get(size_t size, enum shm_piece_kind kind, struct shm_piece *p);
  */
 #define SHM_PIECE_UNZEROED	((size_t)-1)
 void shm_arena_put(struct shm_piece *p, size_t dirty);
+/* Give a piece up without reuse: another process uses it too (fork). */
+void shm_arena_drop(struct shm_piece *p);
 struct shm_mapping *shm_arena_map_peer(int fd, uint64_t off, uint64_t size, const void **addr_p);
 
+/*
+ * A PD's MR table or a CQ's notify word as one peer process sees it: a
+ * copy in that process's pool, made by the first connection between them
+ * through the PD or CQ, given back when the last one ends (shm.c).
+ */
+struct shm_mirror {
+	struct shm_pool *pool;
+	struct shm_piece piece;		/* the table, or the word */
+	struct shm_piece xpiece;	/* PD: the overflow table, once there is one */
+	int refs;			/* connections through it */
+	struct shm_mirror *next;
+};
 
 /* --- private objects --- */
 
@@ -336,8 +391,8 @@ struct shm_context {
 struct shm_pd {
 	struct ferry_pd pd;
 	pthread_mutex_t lock;		/* MR slots, QP list */
-	struct shm_piece table_piece;	/* the MR table, in the arena */
-	struct shm_mr_entry *table;	/* MRs with remote access: peers read it */
+	struct shm_piece table_piece;	/* the MR table: the primary, private */
+	struct shm_mr_entry *table;	/* MRs with remote access: peers read copies */
 	uint32_t table_entries;		/* its slots, a power of two */
 	/* Past those, slots [table_entries, SHM_MR_TABLE_ENTRIES) are in a
 	 * full-size table made when the first one is needed, and announced
@@ -353,6 +408,11 @@ struct shm_pd {
 	struct shm_mr_entry *_Atomic local[SHM_LOCAL_CHUNKS];
 	_Atomic uint32_t local_hwm;
 	struct shm_qp *qps;		/* connected QPs, for block announcements */
+	/* The copies peers read, one per peer process (shm_pd_mirror_get);
+	 * mirror_lock, taken inside lock and inside a QP's sq_lock, guards
+	 * the list and the copying. */
+	pthread_mutex_t mirror_lock;
+	struct shm_mirror *mirrors;
 	bool detached;			/* ferry_pd_detach: the table is not ours alone */
 	/* A connection got some of our windows: when the last QP goes, they
 	 * are taken back (shm_pd_renew_windows).  Set under a QP's sq_lock
@@ -403,8 +463,9 @@ struct shm_cq {
 	/* The QP whose connection is this CQ's channel (on_conn), else NULL. */
 	struct shm_qp *conn_qp;
 	bool detached;			/* ferry_cq_detach: the channel is shared */
-	struct shm_piece notify_piece;	/* the notify word, in the arena */
+	struct shm_piece notify_piece;	/* the notify word: the primary, private */
 	struct shm_notify *notify;
+	struct shm_mirror *mirrors;	/* the copies peers read (lock) */
 	uint64_t gen;
 	unsigned int events, acked;
 	/* Raised (and futex-woken) for a sleeper (SHM_NOTIFY_FUTEX) by what
@@ -456,6 +517,10 @@ struct shm_conn {
 	pid_t peer_pid;			/* from the HELLO's credentials */
 	uid_t peer_uid;
 	const uint8_t *peer_bounce;	/* the peer's staging ring (shm_conn_bounces) */
+	/* The arena's pool of that process, holding our region and the
+	 * copies of our PD's table and recv CQ's word that it reads. */
+	struct shm_pool *pool;
+	struct shm_mirror *table_mirror, *notify_mirror;
 	/* /proc/<pid>/mem of the peer, for memory outside blocks (shm_peer.c),
 	 * opened at first use, or SHM_PEER_MEM_*; peer_mem_err: why refused. */
 	int peer_mem;
@@ -476,7 +541,7 @@ struct shm_conn {
 	struct shm_mapping *peer_table_map;	/* segments, read-only */
 	struct shm_mapping *peer_notify_map;
 	const struct shm_mr_entry *peer_table;
-	uint32_t peer_table_entries;	/* validated copy from HELLO */
+	uint32_t peer_table_entries;	/* validated copy from REGION */
 	struct shm_mapping *peer_xtable_map;	/* its overflow table, once announced */
 	const struct shm_mr_entry *peer_xtable;
 	const struct shm_notify *peer_notify;
@@ -552,7 +617,7 @@ struct shm_qp {
 	uint8_t *bounce_ring;		/* our staging ring, in the region */
 
 	/* The region we own and the connection. */
-	struct shm_piece region_piece;	/* the region, in the arena */
+	struct shm_piece region_piece;	/* the region, in the peer's pool */
 	struct shm_region *region;	/* its head, region_head_off into the piece */
 	size_t region_size, region_head_off;
 	size_t rq_stride;
@@ -595,6 +660,16 @@ static inline void shm_pd_windows_out(struct shm_pd *spd)
 {
 	atomic_store_explicit(&spd->windows_out, true, memory_order_relaxed);
 }
+/*
+ * The copy of the PD's MR table, or of the CQ's notify word, in @pool: the
+ * one there (one more connection through it), or a new one, filled from
+ * the primary.  NULL + errno.  _put: a connection through it ends; the
+ * last one gives it back (zeroed).  A QP's sq_lock may be held.
+ */
+struct shm_mirror *shm_pd_mirror_get(struct shm_pd *spd, struct shm_pool *pool);
+void shm_pd_mirror_put(struct shm_pd *spd, struct shm_mirror *m);
+struct shm_mirror *shm_cq_mirror_get(struct shm_cq *scq, struct shm_pool *pool);
+void shm_cq_mirror_put(struct shm_cq *scq, struct shm_mirror *m);
 void shm_pd_remove_qp(struct shm_pd *pd, struct shm_qp *qp);
 
 /* shm_wake.c: waking a CQ by its socket's name */
@@ -624,7 +699,8 @@ void shm_qp_exchange_drop(struct shm_qp *qp);
 /* Where new blocks are announced: the connection, or an exchange's whose
  * blocks went out already (NULL: neither); sq_lock held. */
 struct shm_conn *shm_qp_announce_conn(struct shm_qp *qp);
-void shm_conn_destroy(struct shm_conn *conn);
+/* Free @conn, @qp's (established, or its exchange's), and what it holds. */
+void shm_conn_destroy(struct shm_qp *qp, struct shm_conn *conn);
 int shm_conn_announce_block(struct shm_conn *conn, uint64_t id, int fd);
 struct shm_mapping *shm_conn_peer_block(struct shm_conn *conn, uint64_t id);
 /* Wake the peer's recv CQ whose channel is the connection (SHM_NOTIFY_CONN). */
@@ -645,16 +721,21 @@ void shm_monitor_watch(struct shm_qp *qp);
 void shm_monitor_renumber(struct shm_qp *qp, int from);
 /* The name peers kick this process's monitor by (started if need be). */
 int shm_monitor_kick_name(struct shm_wake_name *name);
-int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size, bool bounce);
+/* The QP's region, in the pool of @conn's peer, sized for its queue. */
+int shm_region_create(struct shm_qp *qp, struct shm_conn *conn);
 /*
  * Does the connection bounce SENDs (and its regions have staging rings)?
- * When its peer is another user (effective uids, which both ends compare
- * alike): such a peer gets no window of our receive buffers, only of
- * memory registered for remote writes.  Known once the peer's HELLO is in.
+ * When its peer is another user: its uid (the real one, as the kernel
+ * puts it in credentials) is not both of ours -- as shm_peer.c decides
+ * whose memory it may reach.  Such a peer gets no window of our receive
+ * buffers, only of memory registered for remote access.  Both ends decide
+ * alike unless one runs with two uids (setuid): then the regions' sizes
+ * disagree, the exchange fails, and the shim goes TCP.  Known once the
+ * peer's HELLO is in.
  */
 static inline bool shm_conn_bounces(const struct shm_conn *conn)
 {
-	return conn->peer_uid != geteuid();
+	return conn->peer_uid != geteuid() || conn->peer_uid != getuid();
 }
 
 #define SHM_ACCESS_REMOTE (FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_READ | \

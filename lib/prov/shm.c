@@ -2,6 +2,15 @@
  * shm.c - the shm provider's table, and its context, PD, MR, completion
  * channel and CQ objects.  QPs live in shm_qp.c, the data path in
  * shm_data.c, connections and the monitor thread in shm_conn.c.
+ *
+ * What peers read of a PD (its MR table) and of a CQ (its notify word) is
+ * published here: the owner keeps the primary in the arena's private pool,
+ * which no peer maps, and a copy ("mirror") in the pool of every peer
+ * process it has a connection with through that PD or CQ, made by the
+ * first such connection and given back by the last.  Every change is
+ * written to the primary and then to each mirror, in the order and with
+ * the atomics a reader of one copy relies on; the owner only reads the
+ * primary.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -246,11 +255,12 @@ static struct ferry_pd *shm_pd_new(struct ferry_context *ctx, uint32_t entries)
 
 	if (!spd)
 		return NULL;
-	if (shm_arena_get(size, SHM_PIECE_TABLE, &spd->table_piece) < 0)
+	if (shm_arena_get(NULL, size, SHM_PIECE_TABLE, &spd->table_piece) < 0)
 		goto err_free;
 	spd->table = (struct shm_mr_entry *)spd->table_piece.addr;
 	spd->table_entries = entries;
 	pthread_mutex_init(&spd->lock, NULL);
+	pthread_mutex_init(&spd->mirror_lock, NULL);
 	atomic_init(&spd->hwm, 1);	/* slot 0 stays unused: key 0 is never valid */
 	spd->pd.context = ctx;
 	return &spd->pd;
@@ -366,12 +376,16 @@ static int shm_dealloc_pd(struct ferry_pd *pd)
 		free(atomic_load_explicit(&spd->local[i], memory_order_relaxed));
 	/* Every slot is free (rkey 0) and keeps its generation: the next PD
 	 * to get this table hands out keys no holder of an old one can use.
-	 * A detached table is also another process's: not ours to reuse. */
+	 * A detached table is also another process's: not ours to reuse.
+	 * (No mirror is left: every QP, and so every connection, is gone.) */
 	if (!spd->detached) {
 		shm_arena_put(&spd->table_piece, 0);
-		if (atomic_load_explicit(&spd->xtable, memory_order_relaxed))
-			shm_arena_put(&spd->xtable_piece, 0);
+		shm_arena_put(&spd->xtable_piece, 0);
+	} else {
+		shm_arena_drop(&spd->table_piece);
+		shm_arena_drop(&spd->xtable_piece);
 	}
+	pthread_mutex_destroy(&spd->mirror_lock);
 	pthread_mutex_destroy(&spd->lock);
 	free(spd);
 	return 0;
@@ -392,6 +406,8 @@ void shm_pd_add_qp(struct shm_pd *spd, struct shm_qp *qp)
  * as far as our windows; one that nobody got costs nothing here.
  * spd->lock held.
  */
+static void shm_pd_publish(struct shm_pd *spd, uint32_t idx);
+
 static void shm_pd_renew_windows(struct shm_pd *spd)
 {
 	uint32_t i, hwm = atomic_load_explicit(&spd->hwm, memory_order_relaxed);
@@ -404,8 +420,11 @@ static void shm_pd_renew_windows(struct shm_pd *spd)
 
 		if (!e || !atomic_load_explicit(&e->rkey, memory_order_relaxed) || !e->block_id)
 			continue;
-		if (ferry_block_renew(e->block_id, spd, &id) == 0 && id)
+		if (ferry_block_renew(e->block_id, spd, &id) == 0 && id && id != e->block_id) {
 			e->block_id = id;	/* no peer reads it: none is connected */
+			if (i < hwm)
+				shm_pd_publish(spd, i);	/* for the next peers' copies */
+		}
 	}
 }
 
@@ -426,26 +445,56 @@ void shm_pd_remove_qp(struct shm_pd *spd, struct shm_qp *qp)
 }
 
 /*
+ * The overflow table's copy in each mirror, or none (all given back);
+ * mirror_lock held.  The primary is published after them, under the same
+ * lock, so that a mirror made later finds it and makes its own copy.
+ */
+static int shm_pd_grow_mirrors(struct shm_pd *spd)
+{
+	size_t size = SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry);
+	struct shm_mirror *m, *undo;
+
+	for (m = spd->mirrors; m; m = m->next)
+		if (shm_arena_get(m->pool, size, SHM_PIECE_TABLE, &m->xpiece) < 0)
+			goto err_undo;
+	atomic_store_explicit(&spd->xtable, (struct shm_mr_entry *)spd->xtable_piece.addr,
+			      memory_order_release);
+	return 0;
+
+err_undo:
+	for (undo = spd->mirrors; undo != m; undo = undo->next)
+		shm_arena_put(&undo->xpiece, 0);
+	return -1;
+}
+
+/*
  * The small table is full: make the overflow table and tell the connected
- * peers where it is before any key of it exists (as blocks are announced).
- * spd->lock held.  A detached PD's table is another process's too: no.
+ * peers where their copy of it is before any key of it exists (as blocks
+ * are announced).  spd->lock held.  A detached PD's table is another
+ * process's too: no.
  */
 static int shm_pd_grow(struct shm_pd *spd)
 {
 	size_t size = SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry);
 	struct shm_qp *qp;
+	int r;
 
-	if (spd->detached || shm_arena_get(size, SHM_PIECE_TABLE, &spd->xtable_piece) < 0)
+	if (spd->detached || shm_arena_get(NULL, size, SHM_PIECE_TABLE, &spd->xtable_piece) < 0)
 		return -1;
-	atomic_store_explicit(&spd->xtable, (struct shm_mr_entry *)spd->xtable_piece.addr,
-			      memory_order_release);
+	pthread_mutex_lock(&spd->mirror_lock);
+	r = shm_pd_grow_mirrors(spd);
+	pthread_mutex_unlock(&spd->mirror_lock);
+	if (r < 0) {
+		shm_arena_put(&spd->xtable_piece, 0);
+		return -1;
+	}
 	for (qp = spd->qps; qp; qp = qp->pd_next) {
 		struct shm_conn *conn;
 
 		ferry_lock(&qp->sq_lock);
 		conn = shm_qp_announce_conn(qp);
 		if (conn)
-			shm_conn_announce_table(conn, &spd->xtable_piece);
+			shm_conn_announce_table(conn, &conn->table_mirror->xpiece);
 		ferry_unlock(&qp->sq_lock);
 	}
 	return 0;
@@ -498,6 +547,162 @@ static struct shm_mr_entry *shm_pd_entry(struct shm_pd *spd, uint32_t key)
 	if (idx & SHM_KEY_LOCAL)
 		return shm_local_entry(spd, idx & ~SHM_KEY_LOCAL, false);
 	return shm_pd_slot(spd, idx);
+}
+
+/* --- the copies of MR tables peers read --- */
+
+/* Slot @idx of @m, the copy of @spd's table, or NULL. */
+static struct shm_mr_entry *shm_mirror_slot(const struct shm_pd *spd, const struct shm_mirror *m,
+					    uint32_t idx)
+{
+	if (idx < spd->table_entries)
+		return idx ? &((struct shm_mr_entry *)m->piece.addr)[idx] : NULL;
+	if (!m->xpiece.seg || idx >= SHM_MR_TABLE_ENTRIES)
+		return NULL;
+	return &((struct shm_mr_entry *)m->xpiece.addr)[idx];
+}
+
+/*
+ * Make @dst, a slot a peer reads, what @src is.  A reader checks the key,
+ * reads the rest, and checks the key again (shm_remote_resolve): so a key
+ * that goes is taken away first, the rest is written after a fence, and
+ * a key that comes is stored last.  Every field is copied, whatever the
+ * entry holds: a copy never lags its primary by a field.
+ */
+static void shm_mr_entry_copy(struct shm_mr_entry *dst, const struct shm_mr_entry *src)
+{
+	uint32_t key = atomic_load_explicit(&src->rkey, memory_order_acquire);
+	uint32_t had = atomic_load_explicit(&dst->rkey, memory_order_relaxed);
+
+	if (had == key)
+		return;		/* one key names one registration: nothing changed */
+	if (had) {
+		atomic_store_explicit(&dst->rkey, 0, memory_order_release);
+		atomic_thread_fence(memory_order_release);
+	}
+	if (!key)
+		return;
+	memcpy(&dst->access, &src->access, sizeof(*dst) - offsetof(struct shm_mr_entry, access));
+	atomic_store_explicit(&dst->rkey, key, memory_order_release);
+}
+
+/*
+ * The slots used so far into @m, a new copy (zero).  Without the PD's lock:
+ * a slot that reg_mr or dereg_mr is changing meanwhile is copied again by
+ * its shm_pd_publish, which waits for mirror_lock; until then no peer has
+ * been told where @m is.  mirror_lock held.
+ */
+static void shm_pd_mirror_fill(struct shm_pd *spd, struct shm_mirror *m)
+{
+	uint32_t i, hwm = atomic_load_explicit(&spd->hwm, memory_order_acquire);
+
+	for (i = 1; i < hwm; i++) {
+		const struct shm_mr_entry *src = shm_pd_slot(spd, i);
+		struct shm_mr_entry *dst = shm_mirror_slot(spd, m, i);
+
+		if (src && dst)
+			shm_mr_entry_copy(dst, src);
+	}
+}
+
+/* A new copy of @spd's table in @pool; mirror_lock held. */
+static struct shm_mirror *shm_pd_mirror_make(struct shm_pd *spd, struct shm_pool *pool)
+{
+	size_t size = spd->table_entries * sizeof(struct shm_mr_entry);
+	struct shm_mirror *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	if (shm_arena_get(pool, size, SHM_PIECE_TABLE, &m->piece) < 0)
+		goto err_free;
+	/* spd->xtable is published under mirror_lock (shm_pd_grow_mirrors). */
+	if (atomic_load_explicit(&spd->xtable, memory_order_relaxed) &&
+	    shm_arena_get(pool, SHM_MR_TABLE_ENTRIES * sizeof(struct shm_mr_entry),
+			  SHM_PIECE_TABLE, &m->xpiece) < 0)
+		goto err_put;
+	m->pool = pool;
+	m->refs = 1;
+	shm_pd_mirror_fill(spd, m);
+	m->next = spd->mirrors;
+	spd->mirrors = m;
+	return m;
+
+err_put:
+	shm_arena_put(&m->piece, 0);
+err_free:
+	free(m);
+	errno = ENOMEM;
+	return NULL;
+}
+
+struct shm_mirror *shm_pd_mirror_get(struct shm_pd *spd, struct shm_pool *pool)
+{
+	struct shm_mirror *m;
+
+	pthread_mutex_lock(&spd->mirror_lock);
+	for (m = spd->mirrors; m; m = m->next)
+		if (m->pool == pool)
+			break;
+	if (m)
+		m->refs++;
+	else
+		m = shm_pd_mirror_make(spd, pool);
+	pthread_mutex_unlock(&spd->mirror_lock);
+	return m;
+}
+
+void shm_pd_mirror_put(struct shm_pd *spd, struct shm_mirror *m)
+{
+	struct shm_mirror **pp;
+	size_t dirty;
+
+	if (!m)
+		return;
+	pthread_mutex_lock(&spd->mirror_lock);
+	if (--m->refs > 0) {
+		pthread_mutex_unlock(&spd->mirror_lock);
+		return;
+	}
+	for (pp = &spd->mirrors; *pp != m; pp = &(*pp)->next)
+		;
+	*pp = m->next;
+	pthread_mutex_unlock(&spd->mirror_lock);
+	/* It holds copies of slots [0, hwm) at most: zeroed for the pool's
+	 * next table, which must show no key of this one.  A detached PD's
+	 * copy is read by the other process's connections too: kept. */
+	dirty = atomic_load_explicit(&spd->hwm, memory_order_acquire) *
+		sizeof(struct shm_mr_entry);
+	if (spd->detached) {
+		shm_arena_drop(&m->piece);
+		shm_arena_drop(&m->xpiece);
+	} else {
+		shm_arena_put(&m->piece, dirty);
+		shm_arena_put(&m->xpiece, dirty);
+	}
+	free(m);
+}
+
+/*
+ * shm_pd_publish - slot @idx of the primary, just written (spd->lock
+ * held), into every copy.  The private table's slots (SHM_KEY_LOCAL) have
+ * none; nor has a detached PD, whose slots stay as the other process
+ * left them.
+ */
+static void shm_pd_publish(struct shm_pd *spd, uint32_t idx)
+{
+	const struct shm_mr_entry *src = shm_pd_slot(spd, idx);
+	struct shm_mirror *m;
+
+	if ((idx & SHM_KEY_LOCAL) || !src || spd->detached)
+		return;
+	pthread_mutex_lock(&spd->mirror_lock);
+	for (m = spd->mirrors; m; m = m->next) {
+		struct shm_mr_entry *dst = shm_mirror_slot(spd, m, idx);
+
+		if (dst)
+			shm_mr_entry_copy(dst, src);
+	}
+	pthread_mutex_unlock(&spd->mirror_lock);
 }
 
 /*
@@ -617,6 +822,7 @@ static struct ferry_mr *shm_reg_mr(struct ferry_pd *pd, void *addr, size_t len, 
 	e->block_id = smr->block_id;
 	e->block_offset = smr->block_offset;
 	atomic_store_explicit(&e->rkey, key, memory_order_release);
+	shm_pd_publish(spd, idx);
 	if (smr->block_id)
 		shm_pd_announce(spd, smr->block_id, (uint32_t)access);
 	pthread_mutex_unlock(&spd->lock);
@@ -650,6 +856,7 @@ static int shm_dereg_mr(struct ferry_mr *mr)
 	if (e && (!spd->detached || (smr->index & SHM_KEY_LOCAL))) {
 		window = e->block_id;	/* renewed since registration, maybe */
 		atomic_store_explicit(&e->rkey, 0, memory_order_release);
+		shm_pd_publish(spd, SHM_KEY_INDEX(mr->lkey));
 	}
 	pthread_mutex_unlock(&spd->lock);
 	/* The key is gone from the table first: peers of ours stop using the
@@ -719,8 +926,72 @@ static inline struct shm_channel *to_sch(struct ferry_comp_channel *ch)
 static void shm_notify_update(struct shm_cq *scq, uint64_t gen, uint32_t clear, uint32_t set)
 {
 	uint64_t w = atomic_load_explicit(&scq->notify->word, memory_order_relaxed);
+	struct shm_mirror *m;
 
-	atomic_store(&scq->notify->word, SHM_NOTIFY_WORD(gen, (w & SHM_NOTIFY_BITS & ~clear) | set));
+	w = SHM_NOTIFY_WORD(gen, (w & SHM_NOTIFY_BITS & ~clear) | set);
+	atomic_store(&scq->notify->word, w);
+	/* Each peer process reads its own copy: the same store, in each. */
+	for (m = scq->mirrors; m; m = m->next)
+		atomic_store(&((struct shm_notify *)m->piece.addr)->word, w);
+}
+
+/* A new copy of @scq's word in @pool; scq->lock held. */
+static struct shm_mirror *shm_cq_mirror_make(struct shm_cq *scq, struct shm_pool *pool)
+{
+	struct shm_mirror *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	if (shm_arena_get(pool, sizeof(struct shm_notify), SHM_PIECE_NOTIFY, &m->piece) < 0) {
+		free(m);
+		errno = ENOMEM;
+		return NULL;
+	}
+	atomic_store(&((struct shm_notify *)m->piece.addr)->word,
+		     atomic_load_explicit(&scq->notify->word, memory_order_relaxed));
+	m->pool = pool;
+	m->refs = 1;
+	m->next = scq->mirrors;
+	scq->mirrors = m;
+	return m;
+}
+
+struct shm_mirror *shm_cq_mirror_get(struct shm_cq *scq, struct shm_pool *pool)
+{
+	struct shm_mirror *m;
+
+	ferry_lock(&scq->lock);
+	for (m = scq->mirrors; m; m = m->next)
+		if (m->pool == pool)
+			break;
+	if (m)
+		m->refs++;
+	else
+		m = shm_cq_mirror_make(scq, pool);
+	ferry_unlock(&scq->lock);
+	return m;
+}
+
+void shm_cq_mirror_put(struct shm_cq *scq, struct shm_mirror *m)
+{
+	struct shm_mirror **pp;
+
+	if (!m)
+		return;
+	ferry_lock(&scq->lock);
+	if (--m->refs > 0) {
+		ferry_unlock(&scq->lock);
+		return;
+	}
+	for (pp = &scq->mirrors; *pp != m; pp = &(*pp)->next)
+		;
+	*pp = m->next;
+	ferry_unlock(&scq->lock);
+	if (scq->detached)
+		shm_arena_drop(&m->piece);	/* the other process's peers read it */
+	else
+		shm_arena_put(&m->piece, sizeof(struct shm_notify));
+	free(m);
 }
 
 /* shm_notify_update under scq->lock, in a new generation if @new_gen. */
@@ -931,7 +1202,7 @@ static struct ferry_cq *shm_create_cq(struct ferry_context *ctx, int cqe,
 	}
 	if (scq->efd < 0)
 		goto err_free;
-	if (shm_arena_get(sizeof(*scq->notify), SHM_PIECE_NOTIFY, &scq->notify_piece) < 0)
+	if (shm_arena_get(NULL, sizeof(*scq->notify), SHM_PIECE_NOTIFY, &scq->notify_piece) < 0)
 		goto err_close_efd;
 	scq->notify = (struct shm_notify *)scq->notify_piece.addr;
 	if (ch && to_sch(ch)->single) {
@@ -975,6 +1246,8 @@ static int shm_destroy_cq(struct ferry_cq *cq)
 		epoll_ctl(cq->channel->fd, EPOLL_CTL_DEL, scq->efd, NULL);
 	if (!scq->detached)
 		shm_arena_put(&scq->notify_piece, sizeof(*scq->notify));
+	else
+		shm_arena_drop(&scq->notify_piece);
 	if (!cq->channel || !to_sch(cq->channel)->single)
 		close(scq->efd);
 	free(scq->ring);

@@ -4,17 +4,27 @@
  * The exchange runs over an AF_UNIX SOCK_SEQPACKET socket, the same on
  * both sides (ferry_qp_exchange over a socketpair is symmetric):
  *
- *   HELLO   qp_num, psn, rq depth and SGEs;  fds: MR table (read-only),
- *           recv CQ notify word (read-only); the names of the recv CQ's
- *           and the monitor's wake sockets (shm_wake.c)
+ *   HELLO   qp_num, psn, rq depth and SGEs;  no fds; the names of the
+ *           recv CQ's and the monitor's wake sockets (shm_wake.c)
  *   BLOCK   block id;                        fd: a ferry_alloc block
- *   REGION  region size;                     fd: the region (read-only)
+ *   TABLE   (where in the segment)           fd: the copy of the PD's
+ *                                            overflow MR table
+ *   REGION  region size, MR table size,      fds: their segments, each
+ *           where the region and the copies  once (read-only; usually one)
+ *           of the MR table and the recv
+ *           CQ's notify word are
  *   READY   (nothing)                        we hold all the peer sent
  *
  * Each side sends HELLO (shm_qp_exchange_begin, which needs nothing from
- * the peer: the CM sends it right behind its request); once it has the
- * peer's HELLO, its BLOCKs for every block already registered with some
- * access, then its REGION, sized for the peer's queue; once it has mapped
+ * the peer: the CM sends it right behind its request).  Its credentials,
+ * as the kernel attaches them, say which process the peer is, and so
+ * which pool of the arena (shm_arena.c) holds what that process may read:
+ * HELLO passes no memory, since before it nothing says whose it would be.
+ * Once a side has the peer's HELLO, it makes its region in that pool,
+ * sized for the peer's queue, and finds or makes the copies of its PD's
+ * MR table and its recv CQ's notify word there (shm.c), then sends its
+ * BLOCKs for every block already registered with some access (and the
+ * overflow table's copy, if any, TABLE), then its REGION; once it has mapped
  * the peer's BLOCKs and REGION, READY.  The exchange completes with the
  * peer's READY: neither side is connected before both hold everything,
  * so a side that fails (out of descriptors, say) leaves a peer that never
@@ -155,12 +165,12 @@ static int shm_msg_take_fds(struct msghdr *mh, int *got, struct ucred *cred_p)
 /*
  * shm_msg_recv - receive one message of one of the @types (a mask of
  * SHM_MSG_BIT) with the descriptors of its type (into @fds, room for
- * SHM_HELLO_FDS), never waiting.  With @cred_p, also the sender's
+ * SHM_MSG_FDS), never waiting.  With @cred_p, also the sender's
  * credentials as the kernel vouches for them (SO_PASSCRED must be on; pid
- * 0 when none came).  Returns 0, or -1 with errno: EAGAIN (nothing
- * there), ECONNRESET (peer gone), EMFILE / ENFILE (its descriptors were
- * dropped: shm_msg_fds_lost), EPROTO (malformed: wrong size, magic,
- * version, type or fd count).
+ * 0 when none came).  Returns how many descriptors came, or -1 with errno:
+ * EAGAIN (nothing there), ECONNRESET (peer gone), EMFILE / ENFILE (its
+ * descriptors were dropped: shm_msg_fds_lost), EPROTO (malformed: wrong
+ * size, magic, version, type or fd count).
  */
 static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
 			struct ucred *cred_p)
@@ -198,7 +208,7 @@ static int shm_msg_recv(int sock, struct shm_msg *msg, uint32_t types, int *fds,
 		return ERR(EPROTO);
 	}
 	memcpy(fds, got, sizeof(int) * (size_t)ngot);
-	return 0;
+	return ngot;
 }
 
 /* --- the region --- */
@@ -208,20 +218,23 @@ static size_t shm_rq_stride(uint32_t rq_sge)
 	return 8 + rq_sge * sizeof(struct shm_rsge);
 }
 
-int shm_region_create(struct shm_qp *qp, uint32_t peer_rq_size, bool bounce)
+int shm_region_create(struct shm_qp *qp, struct shm_conn *conn)
 {
+	uint32_t peer_rq_size = conn->peer_rq_size;
+	bool bounce = shm_conn_bounces(conn);
 	struct shm_region_layout l = shm_region_layout(qp->rq_size,
 						       shm_rq_stride(qp->cap.max_recv_sge),
 						       peer_rq_size, bounce);
 	struct shm_region *r;
 
-	if (shm_arena_get(l.size, SHM_PIECE_REGION, &qp->region_piece) < 0) {
+	if (shm_arena_get(conn->pool, l.size, SHM_PIECE_REGION, &qp->region_piece) < 0) {
 		ferry_warn("QP %u: no room for a %zu-byte region: %m", qp->qp.qp_num, l.size);
 		return ERR(ENOMEM);
 	}
 	if (!qp->region_piece.zero) {
 		/*
-		 * Recycled: its last owner's bytes, perhaps in another layout.
+		 * Recycled: its last owner's bytes (a connection to the same
+		 * process: pools are per peer), perhaps in another layout.
 		 * The head and this layout's delivery ring must read 0 (a stale
 		 * slot could pass for a delivery); the receive ring is written
 		 * whole, first lap included (shm_rq_write_entry).
@@ -342,8 +355,10 @@ void shm_region_release(struct shm_qp *qp, struct shm_conn *conn)
 		return;
 	qp->region = NULL;
 	/* Detached: another process drives the QP since fork. */
-	if (to_spd(qp->qp.pd)->detached)
+	if (to_spd(qp->qp.pd)->detached) {
+		shm_arena_drop(&qp->region_piece);
 		return;
+	}
 	/* Done with the peer: it may reuse its region once it is done with ours. */
 	atomic_store_explicit(&region->released, 1, memory_order_release);
 	if (!conn || !conn->peer_region ||
@@ -355,8 +370,10 @@ void shm_region_release(struct shm_qp *qp, struct shm_conn *conn)
 	/* The peer may still take deliveries we made from it, for as long as
 	 * it likes: the region waits, and the peer's stays mapped to tell. */
 	r = malloc(sizeof(*r));
-	if (!r)
-		return;		/* never reused: lost, not shared */
+	if (!r) {
+		shm_arena_drop(&qp->region_piece);	/* never reused: lost, not shared */
+		return;
+	}
 	r->piece = qp->region_piece;
 	r->peer_map = conn->peer_region_map;
 	r->peer = conn->peer_region;
@@ -377,10 +394,11 @@ void shm_region_release(struct shm_qp *qp, struct shm_conn *conn)
 /* --- the exchange --- */
 
 /*
- * The peer's pid and uid (whose memory outside blocks shm_peer.c opens)
- * come from the credentials the kernel attaches to its HELLO: SO_PEERCRED
- * would name whoever created the socket, which for a socketpair shared
- * across fork is not the peer.
+ * The peer's pid and uid (whose memory outside blocks shm_peer.c opens,
+ * and whose pool of the arena holds what it reads of ours) come from the
+ * credentials the kernel attaches to its HELLO: SO_PEERCRED would name
+ * whoever created the socket, which for a socketpair shared across fork
+ * is not the peer.
  */
 static int shm_check_socket(int sock, bool cm_made)
 {
@@ -406,80 +424,97 @@ static int shm_hello_send(struct shm_qp *qp, struct shm_conn *conn)
 	struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
 	struct shm_msg m = { .type = SHM_MSG_HELLO };
 
-	struct shm_pd *spd = to_spd(qp->qp.pd);
-	int fds[SHM_HELLO_FDS] = { spd->table_piece.seg->fd, rcq->notify_piece.seg->fd };
-
 	if (shm_monitor_kick_name(&m.kick) < 0)
 		return -1;
-	m.off[0] = spd->table_piece.off;
-	m.table_entries = spd->table_entries;
-	m.off[1] = rcq->notify_piece.off;
 	m.qp_num = qp->qp.qp_num;
 	m.psn = qp->sq_psn;
 	m.rq_size = qp->rq_size;
 	m.rq_sge = qp->cap.max_recv_sge;
 	m.wake = rcq->wake;
-	return shm_msg_send(conn->sock, &m, fds, SHM_HELLO_FDS);
+	return shm_msg_send(conn->sock, &m, NULL, 0);
 }
 
 static int shm_hello_recv(struct shm_conn *conn)
 {
 	struct ucred cred = { .pid = 0 };
 	struct shm_msg m;
-	int pfds[SHM_HELLO_FDS];
+	int none[SHM_MSG_FDS];
 
-	if (shm_msg_recv(conn->sock, &m, SHM_MSG_BIT(SHM_MSG_HELLO), pfds, &cred) < 0)
+	if (shm_msg_recv(conn->sock, &m, SHM_MSG_BIT(SHM_MSG_HELLO), none, &cred) < 0)
 		return -1;
 	conn->peer_pid = cred.pid;
 	if (conn->peer_pid <= 0) {
 		ferry_warn("peer's HELLO carries no credentials");
-		shm_close_fds(pfds, SHM_HELLO_FDS);
 		return ERR(EPROTO);
 	}
 	if (!shm_hello_ok(&m)) {
-		ferry_warn("peer's HELLO has bad values (qp %u, rq %u x %u, MR table %u "
-			   "at %llu, wake name %u bytes, notify word at %llu)",
-			   m.qp_num, m.rq_size, m.rq_sge, m.table_entries,
-			   (unsigned long long)m.off[0], m.wake.len, (unsigned long long)m.off[1]);
-		shm_close_fds(pfds, SHM_HELLO_FDS);
+		ferry_warn("peer's HELLO has bad values (qp %u, rq %u x %u, wake names "
+			   "%u and %u bytes)", m.qp_num, m.rq_size, m.rq_sge, m.wake.len,
+			   m.kick.len);
 		return ERR(EPROTO);
 	}
 	conn->peer_qpn = m.qp_num;
 	conn->peer_rq_size = m.rq_size;
 	conn->peer_rq_sge = m.rq_sge;
 	conn->peer_rq_stride = shm_rq_stride(m.rq_sge);
-	conn->peer_table_entries = m.table_entries;
-	conn->peer_table_map = shm_arena_map_peer(pfds[0], m.off[0],
-			(size_t)m.table_entries * sizeof(struct shm_mr_entry),
-			(const void **)&conn->peer_table);
-	conn->peer_notify_map = shm_arena_map_peer(pfds[1], m.off[1], sizeof(struct shm_notify),
-						   (const void **)&conn->peer_notify);
 	conn->peer_wake = m.wake;
 	conn->peer_kick = m.kick;
 	conn->peer_uid = cred.uid;
-
-	close(pfds[0]);
-	close(pfds[1]);
-	if (!conn->peer_table_map || !conn->peer_notify_map)
-		return ERR(EPROTO);
-	return 0;
+	conn->pool = shm_arena_pool_get(conn->peer_pid, conn->peer_uid);
+	return conn->pool ? 0 : ERR(ENOMEM);
 }
 
 static void shm_conn_take(struct shm_conn *conn, const struct shm_msg *m, int fd);
 static int shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn);
 
 /*
+ * Where REGION's pieces are: each piece's offset, and the number of its
+ * segment's descriptor in @fds, each segment passed once.  Their count.
+ */
+static int shm_region_place(struct shm_msg *m, const struct shm_piece *const *pieces, int *fds)
+{
+	int i, k, nfds = 0;
+
+	for (i = 0; i < SHM_RP_PIECES; i++) {
+		for (k = 0; k < nfds && fds[k] != pieces[i]->seg->fd; k++)
+			;
+		if (k == nfds)
+			fds[nfds++] = pieces[i]->seg->fd;
+		m->off[i] = pieces[i]->off;
+		m->fdi[i] = (uint32_t)k;
+	}
+	return nfds;
+}
+
+/* The copies of our PD's table and recv CQ's word that the peer reads. */
+static int shm_conn_mirrors_get(struct shm_qp *qp, struct shm_conn *conn)
+{
+	conn->table_mirror = shm_pd_mirror_get(to_spd(qp->qp.pd), conn->pool);
+	if (conn->table_mirror)
+		conn->notify_mirror = shm_cq_mirror_get(to_scq(qp->qp.recv_cq), conn->pool);
+	if (!conn->notify_mirror) {
+		ferry_warn("QP %u: no room for the peer's copy of an MR table or notify word: %m",
+			   qp->qp.qp_num);
+		return ERR(ENOMEM);
+	}
+	return 0;
+}
+
+/*
  * Once the peer's HELLO is in: our region, sized for the peer's queue,
- * then our blocks, then the region itself.  Blocks go first so that when
- * the exchange completes on either side, every rkey the application may
- * already hold is reachable; from here on ferry_reg_mr announces new ones
- * on this connection (blocks_sent, set under the sq_lock the scan holds).
+ * and the copies of what else it reads, then our blocks, then REGION.
+ * Blocks go first so that when the exchange completes on either side,
+ * every rkey the application may already hold is reachable; from here on
+ * ferry_reg_mr announces new ones on this connection (blocks_sent, set
+ * under the sq_lock the scan holds).
  */
 static int shm_region_send(struct shm_qp *qp, struct shm_conn *conn)
 {
 	struct shm_msg m = { .type = SHM_MSG_REGION };
+	const struct shm_piece *pieces[SHM_RP_PIECES];
+	int fds[SHM_MSG_FDS], nfds;
 
-	if (shm_region_create(qp, conn->peer_rq_size, shm_conn_bounces(conn)) < 0)
+	if (shm_region_create(qp, conn) < 0 || shm_conn_mirrors_get(qp, conn) < 0)
 		return -1;
 	/* Receives posted in INIT must be in the region before the peer can
 	 * see it: a peer that starts sending the moment its exchange ends
@@ -491,30 +526,57 @@ static int shm_region_send(struct shm_qp *qp, struct shm_conn *conn)
 		return -1;
 	conn->blocks_sent = true;
 	m.value = qp->region_size;
-	m.off[0] = qp->region_piece.off;
-	return shm_msg_send(conn->sock, &m, &qp->region_piece.seg->fd, 1);
+	m.table_entries = to_spd(qp->qp.pd)->table_entries;
+	pieces[SHM_RP_REGION] = &qp->region_piece;
+	pieces[SHM_RP_TABLE] = &conn->table_mirror->piece;
+	pieces[SHM_RP_NOTIFY] = &conn->notify_mirror->piece;
+	nfds = shm_region_place(&m, pieces, fds);
+	return shm_msg_send(conn->sock, &m, fds, nfds);
 }
 
-/* Map the peer's region, passed as @fd (which this closes) with @m. */
+/* Map what the peer's REGION @m names, in its @nfds descriptors @fds. */
+static int shm_region_map_pieces(struct shm_conn *conn, const struct shm_msg *m,
+				 const int *fds, const struct shm_region_layout *want,
+				 const void **region_p)
+{
+	conn->peer_table_entries = m->table_entries;
+	conn->peer_region_map = shm_arena_map_peer(fds[m->fdi[SHM_RP_REGION]],
+						   m->off[SHM_RP_REGION], want->size, region_p);
+	conn->peer_table_map = shm_arena_map_peer(fds[m->fdi[SHM_RP_TABLE]], m->off[SHM_RP_TABLE],
+			(size_t)m->table_entries * sizeof(struct shm_mr_entry),
+			(const void **)&conn->peer_table);
+	conn->peer_notify_map = shm_arena_map_peer(fds[m->fdi[SHM_RP_NOTIFY]],
+						   m->off[SHM_RP_NOTIFY], sizeof(struct shm_notify),
+						   (const void **)&conn->peer_notify);
+	if (!conn->peer_region_map || !conn->peer_table_map || !conn->peer_notify_map)
+		return ERR(EPROTO);
+	return 0;
+}
+
+/* Map the peer's region and the rest, passed as @fds (which this closes) with @m. */
 static int shm_region_map(struct shm_qp *qp, struct shm_conn *conn, const struct shm_msg *m,
-			  int fd)
+			  int *fds, int nfds)
 {
 	struct shm_region_layout want = shm_region_layout(conn->peer_rq_size,
 							  conn->peer_rq_stride, qp->rq_size,
 							  shm_conn_bounces(conn));
 	const struct shm_region *pr;
 	const void *start;
+	int r;
 
-	if (!shm_region_msg_ok(m, &want)) {
-		ferry_warn("peer's region is %llu bytes at %llu, expected %zu, aligned",
-			   (unsigned long long)m->value, (unsigned long long)m->off[0], want.size);
-		close(fd);
+	if (!shm_region_msg_ok(m, nfds, &want)) {
+		ferry_warn("peer's REGION is bad (region %llu bytes at %llu, expected %zu; MR "
+			   "table %u slots at %llu; notify word at %llu; %d descriptors)",
+			   (unsigned long long)m->value, (unsigned long long)m->off[SHM_RP_REGION],
+			   want.size, m->table_entries, (unsigned long long)m->off[SHM_RP_TABLE],
+			   (unsigned long long)m->off[SHM_RP_NOTIFY], nfds);
+		shm_close_fds(fds, nfds);
 		return ERR(EPROTO);
 	}
-	conn->peer_region_map = shm_arena_map_peer(fd, m->off[0], want.size, &start);
-	close(fd);
-	if (!conn->peer_region_map)
-		return ERR(EPROTO);
+	r = shm_region_map_pieces(conn, m, fds, &want, &start);
+	shm_close_fds(fds, nfds);
+	if (r < 0)
+		return -1;
 	pr = (const struct shm_region *)((const uint8_t *)start + want.head_off);
 	conn->peer_region = pr;
 	if (pr->qp_num != conn->peer_qpn || pr->rq_size != conn->peer_rq_size ||
@@ -531,25 +593,23 @@ static int shm_region_map(struct shm_qp *qp, struct shm_conn *conn, const struct
 
 /*
  * Take the peer's announcements up to a message of type @last (REGION or
- * READY), whose descriptor (REGION's) lands in *fd_p.  EAGAIN: not there
- * yet, what came so far is taken.
+ * READY), whose descriptors (REGION's) land in @fds (room for
+ * SHM_MSG_FDS): their count.  EAGAIN: not there yet, what came so far is
+ * taken.
  */
 static int shm_conn_take_until(struct shm_conn *conn, uint32_t last, struct shm_msg *m,
-			       int *fd_p)
+			       int *fds)
 {
 	uint32_t types = SHM_MSG_BIT(last) | SHM_MSG_BIT(SHM_MSG_BLOCK) |
 			 SHM_MSG_BIT(SHM_MSG_TABLE);
-	int fds[SHM_HELLO_FDS];
+	int n;
 
 	for (;;) {
-		if (shm_msg_recv(conn->sock, m, types, fds, NULL) < 0)
-			return -1;
-		if (m->type == last)
-			break;
+		n = shm_msg_recv(conn->sock, m, types, fds, NULL);
+		if (n < 0 || m->type == last)
+			return n;
 		shm_conn_take(conn, m, fds[0]);
 	}
-	*fd_p = last == SHM_MSG_READY ? -1 : fds[0];
-	return 0;
 }
 
 /* We hold all the peer sent before its REGION, and the region: tell it. */
@@ -570,8 +630,8 @@ static int shm_ready_send(struct shm_conn *conn)
  */
 static int shm_exchange_advance(struct shm_qp *qp, struct shm_conn *conn)
 {
+	int fds[SHM_MSG_FDS], nfds;
 	struct shm_msg m;
-	int fd;
 
 	if (conn->xstate == SHM_X_HELLO) {
 		if (shm_hello_recv(conn) < 0 || shm_region_send(qp, conn) < 0)
@@ -579,20 +639,24 @@ static int shm_exchange_advance(struct shm_qp *qp, struct shm_conn *conn)
 		conn->xstate = SHM_X_REGION;
 	}
 	if (conn->xstate == SHM_X_REGION) {
-		if (shm_conn_take_until(conn, SHM_MSG_REGION, &m, &fd) < 0 ||
-		    shm_region_map(qp, conn, &m, fd) < 0 || shm_ready_send(conn) < 0)
+		nfds = shm_conn_take_until(conn, SHM_MSG_REGION, &m, fds);
+		if (nfds < 0 || shm_region_map(qp, conn, &m, fds, nfds) < 0 ||
+		    shm_ready_send(conn) < 0)
 			return -1;
 		conn->xstate = SHM_X_READY;
 	}
-	return shm_conn_take_until(conn, SHM_MSG_READY, &m, &fd);
+	return shm_conn_take_until(conn, SHM_MSG_READY, &m, fds) < 0 ? -1 : 0;
 }
 
-void shm_conn_destroy(struct shm_conn *conn)
+void shm_conn_destroy(struct shm_qp *qp, struct shm_conn *conn)
 {
 	uint32_t i;
 
 	if (conn->sock >= 0)
 		ferry_fd_close(conn->sock);
+	shm_pd_mirror_put(to_spd(qp->qp.pd), conn->table_mirror);
+	shm_cq_mirror_put(to_scq(qp->qp.recv_cq), conn->notify_mirror);
+	shm_arena_pool_put(conn->pool);
 	shm_unmap(conn->peer_region_map);
 	shm_unmap(conn->peer_table_map);
 	shm_unmap(conn->peer_xtable_map);
@@ -620,8 +684,10 @@ static int shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 	const struct shm_mr_entry *e;
 	uint32_t pos = 0;
 
+	/* The overflow table's copy in the peer's pool is made with the
+	 * table (shm_pd_grow) or with the copy (shm_pd_mirror_get). */
 	if (atomic_load_explicit(&spd->xtable, memory_order_acquire) &&
-	    shm_conn_announce_table(conn, &spd->xtable_piece) < 0)
+	    shm_conn_announce_table(conn, &conn->table_mirror->xpiece) < 0)
 		return -1;
 
 	while ((e = shm_pd_next_entry(spd, &pos))) {
@@ -691,7 +757,7 @@ err_free:
 	{
 		int e = errno;
 
-		shm_conn_destroy(conn);
+		shm_conn_destroy(qp, conn);
 		errno = e;
 	}
 	return -1;
@@ -717,7 +783,7 @@ void shm_qp_exchange_drop(struct shm_qp *qp)
 
 	qp->xconn = NULL;
 	shm_region_release(qp, conn->xstate == SHM_X_READY ? conn : NULL);
-	shm_conn_destroy(conn);
+	shm_conn_destroy(qp, conn);
 }
 
 /* The exchange is complete: @conn becomes the QP's connection. */
@@ -947,12 +1013,13 @@ static void shm_conn_take_block(struct shm_conn *conn, uint64_t id, int fd)
 	conn->blocks[conn->nblocks++].map = map;
 }
 
-/* Send where our PD's overflow MR table is (once); sq_lock held. */
+/* Send where the peer's copy @p of our PD's overflow MR table is (once);
+ * sq_lock held. */
 int shm_conn_announce_table(struct shm_conn *conn, const struct shm_piece *p)
 {
 	struct shm_msg m = { .type = SHM_MSG_TABLE, .off = { p->off } };
 
-	if (conn->table_announced)
+	if (conn->table_announced || !p->seg)
 		return 0;
 	if (shm_msg_send(conn->sock, &m, &p->seg->fd, 1) < 0) {
 		ferry_warn("announcing an MR table to the peer: %m");
@@ -993,7 +1060,7 @@ static void shm_conn_take(struct shm_conn *conn, const struct shm_msg *m, int fd
 static void shm_conn_drain(struct shm_conn *conn)
 {
 	struct shm_msg m;
-	int fds[SHM_HELLO_FDS];
+	int fds[SHM_MSG_FDS];
 
 	while (!conn->dead) {
 		if (shm_msg_recv(conn->sock, &m,

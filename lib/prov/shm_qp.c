@@ -274,7 +274,7 @@ static void shm_qp_reset(struct shm_qp *qp)
 		ferry_unlock(&qp->rq_lock);
 		ferry_unlock(&rcq->lock);
 		shm_region_release(qp, conn);
-		shm_conn_destroy(conn);
+		shm_conn_destroy(qp, conn);
 	}
 	shm_region_release(qp, NULL);
 }
