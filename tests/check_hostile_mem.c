@@ -499,6 +499,7 @@ static int hm_relay_one(struct hm_relay *r, int from, int to, bool catch)
 			memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)nfds);
 		}
 	iov.iov_len = (size_t)n;
+	memset(&ctl, 0, sizeof(ctl));	/* what we send is all set (valgrind) */
 	mh.msg_control = nfds || r->as_uid ? ctl.buf : NULL;
 	mh.msg_controllen = (nfds ? CMSG_SPACE(sizeof(int) * (size_t)nfds) : 0) +
 			    (r->as_uid ? CMSG_SPACE(sizeof(struct ucred)) : 0);
