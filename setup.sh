@@ -44,6 +44,7 @@ PACKAGES=(
 	# service; the tests start their own server on a random port and leave
 	# that one alone.
 	iperf3 gnuplot-nox redis-server redis-tools curl socat python3
+	# tests/preload/nginx.sh (2 workers under the preload) and
 	# bench/run-preload.sh's fallback row: wrk against a plain nginx (the
 	# nginx-light package may start a system service on port 80; the bench
 	# starts its own nginx on a random port and leaves that one alone)

@@ -213,6 +213,10 @@ struct cm_id_priv {
 	/* ferry_cm_hold_port: the caller's TCP socket holds the port to bind. */
 	bool port_held;
 	int port_held_fd;
+	/* ferry_cm_adopt_rendezvous: a listening rendezvous of the held port,
+	 * inherited by fork, to listen on instead of binding the name anew. */
+	bool rdv_given;
+	int rdv_given_fd;
 };
 
 static inline struct cm_id_priv *to_cm_id(struct ferry_cm_id *id)

@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cm-internal.h"
 
@@ -59,6 +60,8 @@ static struct cm_id_priv *cm_id_alloc(struct cm_channel *chan, bool sync)
 
 static void cm_id_free(struct cm_id_priv *id)
 {
+	if (id->rdv_given && id->rdv_given_fd >= 0)
+		close(id->rdv_given_fd);	/* adopted, never bound */
 	if (id->sync)
 		cm_channel_free(id->chan);
 	else
@@ -148,6 +151,17 @@ int ferry_cm_hold_port(struct ferry_cm_id *id, int fd)
 		return ERR(EINVAL);
 	to_cm_id(id)->port_held = true;
 	to_cm_id(id)->port_held_fd = fd;
+	return 0;
+}
+
+int ferry_cm_adopt_rendezvous(struct ferry_cm_id *id, int fd)
+{
+	if (!id || fd < 0)
+		return ERR(EINVAL);
+	if (to_cm_id(id)->state != CM_IDLE || !to_cm_id(id)->port_held)
+		return ERR(EINVAL);
+	to_cm_id(id)->rdv_given = true;
+	to_cm_id(id)->rdv_given_fd = fd;
 	return 0;
 }
 

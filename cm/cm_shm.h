@@ -59,6 +59,11 @@ struct shm_cm_id {
 	struct cm_id_priv *id;
 	int bind_fd;			/* holds the rendezvous name; listens after listen */
 	struct event *accept_ev;	/* bind_fd readable */
+	/* The rendezvous is shared with other processes (fork): accept_ev
+	 * is gone, connections are taken one by one on the program's accept
+	 * (ferry_cm_listen_take), so that none waits in a process that does
+	 * not accept. */
+	bool shared;
 	/* accept() failed for want of descriptors or memory: accept_ev is
 	 * off until this timer, which doubles while the want lasts. */
 	struct event *backoff_ev;

@@ -117,6 +117,34 @@ static int shm_cm_bind_name(struct shm_cm_id *st, const struct shm_cm_owner *o)
 	return 0;
 }
 
+/*
+ * The rendezvous the caller inherited (ferry_cm_adopt_rendezvous): it
+ * must be the listening name of @o, the port's socket, and nothing else
+ * (another name would send this port's clients to someone else's).
+ */
+static int shm_cm_adopt_name(struct cm_id_priv *id, struct shm_cm_id *st,
+			     const struct shm_cm_owner *o)
+{
+	struct sockaddr_un want, got;
+	socklen_t want_len, got_len = sizeof(got);
+	int listening = 0;
+	socklen_t ll = sizeof(listening);
+
+	shm_cm_name(o, &want, &want_len);
+	if (getsockname(id->rdv_given_fd, (struct sockaddr *)&got, &got_len) < 0 ||
+	    getsockopt(id->rdv_given_fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) < 0)
+		return -1;
+	if (got_len != want_len || memcmp(&got, &want, want_len) != 0 || !listening) {
+		ferry_info("cm: port %u: the inherited rendezvous is not its listener's",
+			   o->port);
+		return ERR(EINVAL);
+	}
+	st->bind_fd = id->rdv_given_fd;
+	id->rdv_given_fd = -1;	/* the state's now: closed with it */
+	st->shared = true;
+	return 0;
+}
+
 int shm_cm_bind(struct cm_id_priv *id)
 {
 	struct sockaddr *src = (struct sockaddr *)&id->id.route.addr.src_addr;
@@ -130,7 +158,9 @@ int shm_cm_bind(struct cm_id_priv *id)
 	st = shm_cm_state_get(id);
 	if (!st)
 		return ERR(ENOMEM);
-	if (shm_cm_port_take(id, st, &owner) < 0 || shm_cm_bind_name(st, &owner) < 0) {
+	if (shm_cm_port_take(id, st, &owner) < 0 ||
+	    (id->rdv_given ? shm_cm_adopt_name(id, st, &owner) :
+			     shm_cm_bind_name(st, &owner)) < 0) {
 		int e = errno;
 
 		ferry_info("cm: binding %s port %u: %s", cm_addr_ntop(src, buf, sizeof(buf)),
@@ -198,6 +228,8 @@ int shm_cm_listen(struct cm_id_priv *id, int backlog)
 		return -1;
 	}
 	id->in_loop = true;
+	if (st->shared)
+		return 0;	/* taken on demand: ferry_cm_listen_take */
 	st->accept_ev = shm_cm_event_on(st->bind_fd, shm_cm_on_accept, st);
 	if (st->accept_ev && st->port_fd >= 0)
 		st->reset_ev = shm_cm_event_on(st->port_fd, shm_cm_on_tcp, st);
@@ -431,6 +463,85 @@ static void shm_cm_on_request_gone(evutil_socket_t fd, short what, void *arg)
 	ferry_info("cm: the client of a pending request went away");
 	shm_cm_close_sock(st);
 	cm_event_report(st->id, NULL, FERRY_CM_EVENT_CONNECT_ERROR, ECONNRESET, NULL);
+}
+
+/* --- listeners shared by fork --- */
+
+/* The shm state of listening @id, or NULL (ENOTSUP: no shm listener). */
+static struct shm_cm_id *shm_cm_listener(struct ferry_cm_id *id)
+{
+	struct shm_cm_id *st = id ? shm_cm_state(to_cm_id(id)) : NULL;
+
+	if (!st || st->bind_fd < 0 || to_cm_id(id)->state != CM_LISTEN) {
+		errno = id ? ENOTSUP : EINVAL;
+		return NULL;
+	}
+	return st;
+}
+
+int ferry_cm_rendezvous_fd(struct ferry_cm_id *id)
+{
+	struct shm_cm_id *st = shm_cm_listener(id);
+
+	return st ? st->bind_fd : -1;
+}
+
+/* CM thread: stop taking connections unasked (a backoff pause ends too). */
+static int shm_cm_share_op(void *arg)
+{
+	struct shm_cm_id *st = arg;
+
+	if (st->accept_ev)
+		event_free(st->accept_ev);
+	st->accept_ev = NULL;
+	if (st->backoff_ev)
+		event_del(st->backoff_ev);
+	st->backoff_ms = 0;
+	st->shared = true;
+	return 0;
+}
+
+int ferry_cm_listen_share(struct ferry_cm_id *id)
+{
+	struct shm_cm_id *st = shm_cm_listener(id);
+
+	if (!st)
+		return -1;
+	return st->shared ? 0 : cm_thread_call(shm_cm_share_op, st);
+}
+
+struct shm_cm_take {
+	struct shm_cm_id *st;
+	int sock;
+};
+
+/* CM thread: the connection taken becomes a request, as shm_cm_on_accept's. */
+static int shm_cm_take_op(void *arg)
+{
+	struct shm_cm_take *t = arg;
+
+	if (!shm_cm_take_request(t->st, t->sock))
+		shm_cm_pending_new(t->st, t->sock);
+	return 0;
+}
+
+/*
+ * accept4 in the caller's thread: the processes that lose the race for a
+ * connection (EAGAIN) do not pay the trip to the CM thread.
+ */
+int ferry_cm_listen_take(struct ferry_cm_id *id)
+{
+	struct shm_cm_take t = { shm_cm_listener(id), -1 };
+
+	if (!t.st)
+		return -1;
+	if (!t.st->shared)
+		return ERR(EINVAL);
+	t.sock = ferry_fd_park(accept4(t.st->bind_fd, NULL, NULL,
+				       SOCK_NONBLOCK | SOCK_CLOEXEC));
+	if (t.sock < 0)
+		return -1;
+	return cm_thread_call(shm_cm_take_op, &t);
 }
 
 /* --- accept and reject --- */

@@ -23,6 +23,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -72,9 +73,25 @@ int shm_cm_owner_of_fd(int fd, struct shm_cm_owner *owner_p)
 }
 
 /*
+ * A peer port for the lookup, different each time: a SO_REUSEPORT group's
+ * pick hashes the peer's address and port, and with one fixed peer every
+ * client would be sent to the same member (nginx "reuseport": to one
+ * worker).  Any spread will do; it need not be unpredictable, since
+ * every member is the port owner's.
+ */
+static uint16_t shm_cm_diag_peer_port(void)
+{
+	static _Atomic uint32_t turn;
+	uint32_t v = (atomic_fetch_add(&turn, 1) + (uint32_t)getpid()) * 2654435761u;
+
+	return (uint16_t)((v >> 16) | 1);
+}
+
+/*
  * The exact-lookup request for a connection to @dst: our destination is
- * the socket's source, the peer a wildcard with port 0, which no
- * established connection has, so the kernel's lookup ends at the listener.
+ * the socket's source, the peer a wildcard address, which no established
+ * connection has, so the kernel's lookup ends at the listener; its port
+ * spreads lookups over a SO_REUSEPORT group.
  * An IPv4-mapped destination goes the IPv4 way, as its packets would: the
  * kernel does that when both addresses are mapped.
  */
@@ -85,6 +102,7 @@ static void shm_cm_diag_req(const struct sockaddr *dst, struct inet_diag_req_v2 
 	r->sdiag_protocol = IPPROTO_TCP;
 	r->idiag_states = 1u << TCP_LISTEN;
 	r->id.idiag_sport = htons(cm_addr_port(dst));
+	r->id.idiag_dport = htons(shm_cm_diag_peer_port());
 	r->id.idiag_if = SHM_CM_LOOPBACK_IFINDEX;
 	r->id.idiag_cookie[0] = r->id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
 	if (dst->sa_family == AF_INET) {

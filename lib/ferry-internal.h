@@ -426,6 +426,38 @@ void ferry_cm_quiet(struct ferry_cm_id *id);
  */
 int ferry_cm_hold_port(struct ferry_cm_id *id, int fd);
 /*
+ * Listeners shared by fork (cm/cm_shm_listen.c, shm only).  The rendezvous
+ * of a listener is a listening AF_UNIX socket that every process holding
+ * it may accept from, as every holder of a TCP listener may; but a CM id
+ * and its thread are one process's.  So a listener that fork shares stops
+ * taking connections on its own (ferry_cm_listen_share): each process then
+ * takes one when its program accepts (ferry_cm_listen_take), and a child
+ * makes its own listener on the inherited socket
+ * (ferry_cm_adopt_rendezvous).  All: 0 or -1 with errno.
+ *
+ * ferry_cm_rendezvous_fd - the listening rendezvous socket of @id, to poll
+ * (readable: a connection waits that some holder may take); -1 with
+ * ENOTSUP when no shm listener is behind @id.  Stays @id's.
+ */
+int ferry_cm_rendezvous_fd(struct ferry_cm_id *id);
+/* ferry_cm_listen_share - @id (listening) takes connections only when
+ * asked from now on; those it took already go on to their events. */
+int ferry_cm_listen_share(struct ferry_cm_id *id);
+/*
+ * ferry_cm_listen_take - a shared listener takes one waiting connection
+ * (non-blocking): 0, and its request comes as CONNECT_REQUEST; EAGAIN
+ * when none waits (another process took it), or accept(2)'s errno
+ * (EMFILE ...).
+ */
+int ferry_cm_listen_take(struct ferry_cm_id *id);
+/*
+ * ferry_cm_adopt_rendezvous - @id (fresh, ferry_cm_hold_port'd with the
+ * TCP socket @fd was made for) listens, shared, on @fd: a listening
+ * rendezvous inherited by fork, which it owns from a successful
+ * ferry_bind_addr on.  EINVAL at bind when @fd is not that socket's.
+ */
+int ferry_cm_adopt_rendezvous(struct ferry_cm_id *id, int fd);
+/*
  * ferry_cm_connect_timeout - a connect of @id waits at most @ms for the
  * listener's answer (not for the QP exchange after it), then reports
  * UNREACHABLE with ETIMEDOUT; 0: the transport's default (30 s on shm,

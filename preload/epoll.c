@@ -144,7 +144,7 @@ FP_EXPORT int epoll_create(int size)
 	return epfd;
 }
 
-static int fp_ep_wake_fds(struct fp_ep_item *it, int wfd[2])
+static int fp_ep_wake_fds(struct fp_ep_item *it, int wfd[FP_WAKE_MAX])
 {
 	struct ferry_sock *s;
 	int n = 0;
@@ -157,6 +157,8 @@ static int fp_ep_wake_fds(struct fp_ep_item *it, int wfd[2])
 	} else {
 		wfd[n++] = it->fd;
 		wfd[n++] = it->e->ready_efd;
+		if (it->e->rdv_fd >= 0)
+			wfd[n++] = it->e->rdv_fd;
 	}
 	FP_LEAVE();
 	return n;
@@ -164,17 +166,23 @@ static int fp_ep_wake_fds(struct fp_ep_item *it, int wfd[2])
 
 /*
  * The wake fds go into the hidden set with the item as data; a listener's
- * kernel fd with the item's address plus one, to tell the two halves apart
- * (items are malloc'd: the low bit is free).
+ * kernel half (its TCP socket; shared, its rendezvous) with the item's
+ * address plus one, to tell the halves apart (items are malloc'd: the low
+ * bit is free).  The kernel half keeps the program's EPOLLEXCLUSIVE: of
+ * the processes sleeping on a shared listener, one is woken per client,
+ * as without the shim; its eventfd is this process's alone.
  */
 static void fp_ep_watch(struct fp_ep *ep, struct fp_ep_item *it, bool on)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
-	int wfd[2], n, i;
+	struct epoll_event ev;
+	int wfd[FP_WAKE_MAX], n, i;
+	bool kernel_half;
 
 	n = fp_ep_wake_fds(it, wfd);
 	for (i = 0; i < n; i++) {
-		ev.data.u64 = (uintptr_t)it + (it->e->kind == FP_LISTEN && wfd[i] == it->fd);
+		kernel_half = it->e->kind == FP_LISTEN && wfd[i] != it->e->ready_efd;
+		ev.events = EPOLLIN | (kernel_half ? it->events & EPOLLEXCLUSIVE : 0);
+		ev.data.u64 = (uintptr_t)it + kernel_half;
 		fp_real.epoll_ctl(ep->hidden, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, wfd[i], &ev);
 	}
 }
@@ -394,7 +402,8 @@ static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, boo
 			 * fired (or the item is new) since a look found nothing. */
 			rev = fp_revents_ex(it->fd, it->e, (short)(it->events & 0xffff), false);
 			if (kernel_too && it->kernel_hint) {
-				short k = fp_kernel_revents(it->fd, (short)(it->events & 0xffff));
+				short k = fp_listen_kernel_revents(it->fd, it->e,
+								   (short)(it->events & 0xffff));
 
 				it->kernel_hint = k != 0;
 				rev |= k;

@@ -66,6 +66,7 @@ struct fp_fd *fp_new(enum fp_kind kind, int domain)
 	e->domain = domain;
 	e->ferry_fd = -1;
 	e->ready_efd = -1;
+	e->rdv_fd = -1;
 	e->sfd = -1;
 	atomic_init(&e->nref, 1);
 	return e;

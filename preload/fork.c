@@ -11,13 +11,20 @@
  * closing ends its connections the same way from a destructor.
  *
  * Listeners.  A ferry listener's CM state belongs to the process that made
- * it and cannot follow a child (the CM thread is per process), while the
- * kernel's listening socket is shared by all of them.  So a child keeps
- * only the kernel listener.  The parent keeps its ferry listener when it
- * has been accepting (a server that forks per connection); one it has never
- * accepted from is given up before the fork, since then the children are
- * the ones to accept (nginx's workers): its clients get TCP, which every
- * process can serve, rather than a ferry queue nobody takes from.
+ * it and cannot follow a child (the CM thread is per process), but its
+ * rendezvous -- the listening AF_UNIX socket clients dial -- is a
+ * descriptor, inherited like the kernel's listening socket.  So it is
+ * shared the same way: before the fork the listener stops taking
+ * connections on its own (the acceptor thread would take them into a
+ * process that may never accept: nginx's master), and after it each
+ * process takes one only in the program's accept(), from the rendezvous's
+ * backlog, which all of them share as they share the TCP one; poll and
+ * epoll see the rendezvous beside the TCP socket.  The child makes a
+ * ferry listener of its own on the inherited rendezvous (fp_listen_adopt).
+ * A process that exits loses only what it took; what waits in the
+ * backlog is there for the others.  Where that cannot be done (no shm
+ * rendezvous: verbs only), the old way: the parent keeps its listener if
+ * it has accepted from it, else gives it up, and the child keeps TCP.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -125,19 +132,44 @@ void fp_listen_downgrade(int fd, struct fp_fd *e, bool in_child)
 			"TCP only from now on", fd);
 	}
 	e->ferry_fd = -1;
+	e->rdv_fd = -1;
 	e->kind = FP_PLAIN;
 }
 
+/* Parent, before fork: make @e's listener shared (the header).  Once per
+ * entry (with several names, the first does it). */
 static void fp_fork_prepare_listener(int fd, struct fp_fd *e, void *arg)
 {
+	int rdv = -1;
+
 	(void)arg;
-	if (e->kind == FP_LISTEN && !e->accepted)
+	if (e->kind != FP_LISTEN || e->rdv_fd >= 0)
+		return;
+	FP_ENTER();
+	if (sock_listen_share(e->ferry_fd) == 0)
+		rdv = sock_listen_rendezvous(e->ferry_fd);
+	FP_LEAVE();
+	if (rdv >= 0) {
+		e->rdv_fd = rdv;
+		fp_info("fd %d: a listener shared by fork: ferry clients go to "
+			"whichever process accepts", fd);
+	} else if (!e->accepted) {
 		fp_listen_downgrade(fd, e, false);
+	}
 }
 
+/* Child: a ferry listener of its own on what the parent shared. */
 static void fp_fork_child_listener(int fd, struct fp_fd *e, void *arg)
 {
 	(void)arg;
+	if (e->kind != FP_LISTEN || e->ferry_pid == getpid())
+		return;
+	if (e->rdv_fd >= 0 && fp_listen_adopt(fd, e) == 0) {
+		e->ferry_pid = getpid();
+		return;
+	}
+	if (e->rdv_fd >= 0)
+		fp_info("fd %d: no ferry listener of this process's (%m): TCP only", fd);
 	if (e->kind == FP_LISTEN)
 		fp_listen_downgrade(fd, e, true);
 }
@@ -199,11 +231,11 @@ FP_EXPORT pid_t fork(void)
 		fp_for_each(fp_fork_ref, &down);
 		errno = err;
 	} else if (pid == 0) {
-		fp_for_each(fp_fork_child_listener, NULL);
 		/* The connections inherited are watched here too (peer death). */
 		FP_ENTER();
 		ferry_fork_child();
 		FP_LEAVE();
+		fp_for_each(fp_fork_child_listener, NULL);
 	}
 	return pid;
 }

@@ -52,6 +52,21 @@ short fp_kernel_revents(int fd, short events)
 	return fp_real.poll(&p, 1, 0) > 0 ? p.revents : 0;
 }
 
+/* One system call for both: a shared listener's clients wait in either. */
+short fp_listen_kernel_revents(int fd, struct fp_fd *e, short events)
+{
+	struct pollfd p[2] = {
+		{ .fd = fd, .events = events },
+		{ .fd = e->rdv_fd, .events = POLLIN },
+	};
+
+	if (e->rdv_fd < 0)
+		return fp_kernel_revents(fd, events);
+	if (fp_real.poll(p, 2, 0) <= 0)
+		return 0;
+	return p[0].revents | (p[1].revents & POLLIN & events);
+}
+
 short fp_revents(int fd, struct fp_fd *e, short events)
 {
 	return fp_revents_ex(fd, e, events, true);
@@ -69,7 +84,7 @@ short fp_revents_ex(int fd, struct fp_fd *e, short events, bool kernel_too)
 		rev = s ? sock_revents(s, events) : POLLNVAL;
 		break;
 	case FP_LISTEN:
-		rev = kernel_too ? fp_kernel_revents(fd, events) : 0;
+		rev = kernel_too ? fp_listen_kernel_revents(fd, e, events) : 0;
 		if ((events & POLLIN) && fp_acceptor_ready(e))
 			rev |= POLLIN;
 		break;
@@ -81,7 +96,7 @@ short fp_revents_ex(int fd, struct fp_fd *e, short events, bool kernel_too)
 	return rev;
 }
 
-int fp_sleep_prepare(int fd, struct fp_fd *e, int wfd[2], bool *led)
+int fp_sleep_prepare(int fd, struct fp_fd *e, int wfd[FP_WAKE_MAX], bool *led)
 {
 	struct ferry_sock *s;
 	int n = 0;
@@ -101,6 +116,8 @@ int fp_sleep_prepare(int fd, struct fp_fd *e, int wfd[2], bool *led)
 	case FP_LISTEN:
 		wfd[n++] = fd;
 		wfd[n++] = e->ready_efd;
+		if (e->rdv_fd >= 0)
+			wfd[n++] = e->rdv_fd;
 		break;
 	default:
 		wfd[n++] = fd;
@@ -155,7 +172,8 @@ static int fp_poll_scan(struct fp_pollset *ps, bool kernel_too)
 				     (p->events | POLLERR | POLLHUP | POLLNVAL);
 		} else if (e && e->kind == FP_LISTEN && (p->events & POLLIN)) {
 			FP_ENTER();
-			if (fp_acceptor_ready(e))
+			if (fp_acceptor_ready(e) ||
+			    (kernel_too && e->rdv_fd >= 0 && fp_kernel_revents(e->rdv_fd, POLLIN)))
 				p->revents = POLLIN;
 			FP_LEAVE();
 		}
@@ -183,7 +201,7 @@ static int fp_poll_scan(struct fp_pollset *ps, bool kernel_too)
 static int fp_poll_sleep(struct fp_pollset *ps, uint64_t deadline, const sigset_t *mask)
 {
 	struct timespec ts, *tsp = NULL;
-	int n = 0, ret = 0, w, nw, wfd[2];
+	int n = 0, ret = 0, w, nw, wfd[FP_WAKE_MAX];
 	nfds_t i;
 
 	for (i = 0; i < ps->nfds; i++) {
@@ -223,7 +241,7 @@ static int fp_poll_sleep(struct fp_pollset *ps, uint64_t deadline, const sigset_
 int fp_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t *mask)
 {
 	struct fp_fd *s_ent[FP_POLL_STACK];
-	struct pollfd s_k[FP_POLL_STACK], s_w[2 * FP_POLL_STACK];
+	struct pollfd s_k[FP_POLL_STACK], s_w[FP_WAKE_MAX * FP_POLL_STACK];
 	bool s_led[FP_POLL_STACK];
 	struct fp_pollset ps = { fds, nfds, s_ent, s_k, s_w, s_led };
 	uint64_t start = fp_now_ns(), deadline, spin_end;
@@ -234,7 +252,7 @@ int fp_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t 
 	if (nfds > FP_POLL_STACK) {
 		ps.ent = calloc(nfds, sizeof(*ps.ent));
 		ps.k = calloc(nfds, sizeof(*ps.k));
-		ps.w = calloc(2 * nfds, sizeof(*ps.w));
+		ps.w = calloc(FP_WAKE_MAX * nfds, sizeof(*ps.w));
 		ps.led = calloc(nfds, sizeof(*ps.led));
 		if (!ps.ent || !ps.k || !ps.w || !ps.led) {
 			errno = ENOMEM;

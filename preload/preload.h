@@ -144,6 +144,13 @@ struct fp_fd {
 	atomic_bool efd_raised;		/* ready_efd written and not read back */
 	bool accept_ferry_first;	/* alternate which accept queue goes first */
 	bool accepted;			/* accept() was called on it (fork.c) */
+	/* Shared by fork (fork.c): the ferry listener's rendezvous, which
+	 * other processes accept from too; it is polled beside the kernel
+	 * listener and taken from in accept().  -1: not shared.  The ferry
+	 * listener's; @backlog: listen()'s, for the child's own listener. */
+	int rdv_fd;
+	int backlog;
+	pid_t ferry_pid;		/* whose ferry listener ferry_fd is (fork.c) */
 	/* FP_FERRY: the number lib/sock knows it by (one of its names), and
 	 * the shared count of processes holding it (fork.c). */
 	int sfd;
@@ -195,12 +202,16 @@ short fp_revents(int fd, struct fp_fd *e, short events);
 short fp_revents_ex(int fd, struct fp_fd *e, short events, bool kernel_too);
 /* A kernel fd's events now (poll with no timeout). */
 short fp_kernel_revents(int fd, short events);
+/* Listener @fd's kernel half now: its TCP socket and, shared, its rendezvous. */
+short fp_listen_kernel_revents(int fd, struct fp_fd *e, short events);
+/* Most kernel fds one managed fd sleeps on (fp_sleep_prepare). */
+#define FP_WAKE_MAX	3
 /*
  * Prepare to sleep on managed @fd: arm what raises its wake fds and fill
- * @wfd (up to 2) with the kernel fds to sleep on; returns their count.
- * fp_sleep_done() undoes it after the sleep.
+ * @wfd (up to FP_WAKE_MAX) with the kernel fds to sleep on; returns their
+ * count.  fp_sleep_done() undoes it after the sleep.
  */
-int fp_sleep_prepare(int fd, struct fp_fd *e, int wfd[2], bool *led);
+int fp_sleep_prepare(int fd, struct fp_fd *e, int wfd[FP_WAKE_MAX], bool *led);
 void fp_sleep_done(int fd, struct fp_fd *e, bool led);
 /* poll(2) over any mix of managed and kernel fds; timeout in ms (-1: none). */
 int fp_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t *mask);
@@ -221,6 +232,10 @@ void fp_connect_route(const struct sockaddr *addr, enum sock_stat_route r, int e
 int fp_accept_wait(int fd, struct fp_fd *e);
 /* Another fd with the same entry as @fd, or -1. */
 int fp_alias(int fd, struct fp_fd *e);
+
+/* Child of fork: listener @fd gets a ferry listener of its own on the
+ * rendezvous it shares; -1 with errno (fork.c then makes it TCP only). */
+int fp_listen_adopt(int fd, struct fp_fd *e);
 
 /* --- accept.c: the acceptor thread --- */
 

@@ -281,30 +281,25 @@ static int fp_hide_sock(int sfd)
 }
 
 /*
- * The ferry side of listener @fd, bound to @ss: a ferry listener on the
- * same address and port, and the acceptor watching it.  Returns 0 with
- * @e an FP_LISTEN; otherwise says why and forgets @fd (TCP only).
+ * A ferry listener for listener @fd, bound to @ss, hidden; -1 with errno.
+ * @rdv_fd: a rendezvous inherited by fork to listen on (taken), or -1.
  */
-static int fp_listen_ferry(int fd, struct fp_fd *e, int backlog,
-			   const struct sockaddr_storage *ss, socklen_t len)
+static int fp_listen_make(int fd, struct fp_fd *e, int backlog,
+			  const struct sockaddr_storage *ss, socklen_t len, int rdv_fd)
 {
 	int lfd, on = 1;
-	char name[80];
 
-	fp_addr_str((const struct sockaddr *)ss, name, sizeof(name));
-	if (!fp_allow((const struct sockaddr *)ss, len)) {
-		fp_info("listen on %s: excluded by the configuration: TCP only", name);
-		goto plain;
-	}
 	FP_ENTER();
 	lfd = ferry_socket(e->domain, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (lfd < 0 && rdv_fd >= 0)
+		fp_real.close(rdv_fd);
 	if (lfd >= 0) {
 		fp_replay_options(lfd, e);
 		ferry_sock_setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
 		/* The program's socket holds the port: the ferry listener
 		 * speaks for it (see ferry(7), "Port ownership"). */
 		if (ferry_sock_bind(lfd, (const struct sockaddr *)ss, len) < 0 ||
-		    sock_listen_held(lfd, backlog, fd) < 0) {
+		    sock_listen_adopt(lfd, backlog, fd, rdv_fd) < 0) {
 			int err = errno;
 
 			ferry_sock_close(lfd);
@@ -315,6 +310,26 @@ static int fp_listen_ferry(int fd, struct fp_fd *e, int backlog,
 		}
 	}
 	FP_LEAVE();
+	return lfd;
+}
+
+/*
+ * The ferry side of listener @fd, bound to @ss: a ferry listener on the
+ * same address and port, and the acceptor watching it.  Returns 0 with
+ * @e an FP_LISTEN; otherwise says why and forgets @fd (TCP only).
+ */
+static int fp_listen_ferry(int fd, struct fp_fd *e, int backlog,
+			   const struct sockaddr_storage *ss, socklen_t len)
+{
+	char name[80];
+	int lfd;
+
+	fp_addr_str((const struct sockaddr *)ss, name, sizeof(name));
+	if (!fp_allow((const struct sockaddr *)ss, len)) {
+		fp_info("listen on %s: excluded by the configuration: TCP only", name);
+		goto plain;
+	}
+	lfd = fp_listen_make(fd, e, backlog, ss, len, -1);
 	if (lfd < 0) {
 		fp_info("listen on %s: no ferry listener (%m): TCP only", name);
 		goto plain;
@@ -329,11 +344,56 @@ static int fp_listen_ferry(int fd, struct fp_fd *e, int backlog,
 		goto plain;
 	}
 	e->kind = FP_LISTEN;
+	e->backlog = backlog;
 	fp_info("listen on %s: TCP and ferry", name);
 	return 0;
 plain:
 	fp_free(fp_set(fd, NULL));
 	return -1;
+}
+
+/*
+ * In a child of fork: listener @fd's ferry side is the parent's, which
+ * this process cannot drive (its CM thread is the parent's); a listener of
+ * its own on the same rendezvous takes over, so that clients are served
+ * by whichever process accepts.  0, or -1 with errno (the caller makes
+ * @fd TCP only).
+ */
+int fp_listen_adopt(int fd, struct fp_fd *e)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int rdv, lfd;
+
+	if (fp_real.getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return -1;
+	rdv = fp_hide_fd(fp_real.fcntl(e->rdv_fd, F_DUPFD_CLOEXEC, 0));
+	if (rdv < 0)
+		return -1;
+	lfd = fp_listen_make(fd, e, e->backlog, &ss, len, rdv);
+	if (lfd < 0)
+		return -1;
+	/* The parent's listener stays, unused, until exit: any release
+	 * would reach into the parent's CM state (fp_listen_downgrade). */
+	fp_real.close(e->ready_efd);
+	e->ready_efd = -1;
+	atomic_store(&e->efd_raised, false);
+	e->ferry_fd = lfd;
+	FP_ENTER();
+	e->rdv_fd = sock_listen_rendezvous(lfd);
+	FP_LEAVE();
+	if (fp_acceptor_add(e) < 0) {
+		int err = errno;
+
+		FP_ENTER();
+		ferry_sock_close(lfd);
+		FP_LEAVE();
+		e->ferry_fd = -1;
+		e->rdv_fd = -1;
+		e->kind = FP_PLAIN;
+		return ERR(err);
+	}
+	return 0;
 }
 
 /*
@@ -411,6 +471,46 @@ static int fp_accept_ferry(struct fp_fd *e, struct sockaddr *addr, socklen_t *le
 	return nfd;
 }
 
+/*
+ * How long accept() waits for the handshake of a connection it took from a
+ * shared rendezvous.  A healthy client completes it in well under a
+ * millisecond; the wait makes accept() return what it took, as the
+ * kernel's does, rather than leave it in this process's queue, where it
+ * would be lost if the program closed the listener next (nginx's old
+ * workers at a reload).  A client that stalls costs the program this
+ * long, once; its connection is accepted later if it completes.
+ */
+#define FP_TAKE_WAIT_MS	20
+
+/*
+ * A shared listener (fork.c): take a connection waiting on the rendezvous
+ * that every holder may accept from, and wait for it.  -1 with EAGAIN when
+ * another process took it first, or errno as accept(2)'s.
+ */
+static int fp_accept_shared(struct fp_fd *e, struct sockaddr *addr, socklen_t *len,
+			    int flags)
+{
+	struct pollfd p = { .fd = e->ready_efd, .events = POLLIN };
+	uint64_t now, end;
+	int ret, nfd;
+
+	FP_ENTER();
+	ret = sock_listen_take(e->ferry_fd);
+	FP_LEAVE();
+	if (ret < 0)
+		return -1;
+	end = fp_now_ns() + FP_TAKE_WAIT_MS * 1000000ull;
+	for (;;) {
+		nfd = fp_accept_ferry(e, addr, len, flags);
+		if (nfd >= 0 || errno != EAGAIN)
+			return nfd;
+		now = fp_now_ns();
+		if (now >= end)
+			return ERR(EAGAIN);	/* it comes through ready_efd */
+		fp_real.poll(&p, 1, (int)((end - now) / 1000000) + 1);
+	}
+}
+
 /* Is a kernel connection waiting on listening socket @fd? */
 static bool fp_kernel_pending(int fd)
 {
@@ -435,6 +535,11 @@ static int fp_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		for (round = 0; round < 2; round++) {
 			if ((round == 0) == e->accept_ferry_first) {
 				nfd = fp_accept_ferry(e, addr, len, flags);
+				if (nfd < 0 && errno == EAGAIN && e->rdv_fd >= 0) {
+					nfd = fp_accept_shared(e, addr, len, flags);
+					if (nfd < 0 && errno != EAGAIN)
+						return -1;	/* EMFILE ...: as TCP's */
+				}
 				if (nfd >= 0)
 					return nfd;
 				if (errno != EAGAIN)

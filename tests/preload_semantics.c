@@ -530,8 +530,9 @@ static void case_cross_process_wake(void)
 	close(l);
 }
 
-/* A listener shared by fork before it ever accepted: the children accept
- * (nginx's workers), so from then on its clients get kernel TCP. */
+/* A listener shared by fork before it ever accepted: the child accepts
+ * (nginx's workers), and its clients get ferry there, served by the child;
+ * the parent, which holds the listener but never accepts, takes none. */
 static void case_fork_listener(void)
 {
 	struct sockaddr_in sin;
@@ -545,11 +546,11 @@ static void case_fork_listener(void)
 	CHECK(pid >= 0, "fork");
 	if (pid == 0) {
 		a = accept(l, NULL, NULL);
-		_exit(a >= 0 && send(a, "w", 1, 0) == 1 && !strcmp(transport(a), "") ? 0 : 2);
+		_exit(a >= 0 && send(a, "w", 1, 0) == 1 && !strcmp(transport(a), "shm") ? 0 : 2);
 	}
 	c = dial(&sin, 0);
 	CHECK(c >= 0, "connect");
-	CHECK(!strcmp(transport(c), ""), "kernel TCP, not '%s'", transport(c));
+	CHECK(!strcmp(transport(c), "shm"), "shm, not '%s'", transport(c));
 	CHECK(recv(c, &b, 1, 0) == 1 && b == 'w', "the child accepted and answered");
 	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && !WEXITSTATUS(status),
 	      "child status %#x", status);

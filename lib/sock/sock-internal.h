@@ -372,6 +372,18 @@ int sock_renumber(int from, int to);
  */
 int sock_listen_held(int fd, int backlog, int tcp_fd);
 /*
+ * Listeners shared by fork (ferry_cm_listen_share and the rest, in
+ * lib/ferry-internal.h): sock_listen_adopt listens as sock_listen_held,
+ * on @rdv_fd, an inherited rendezvous it takes (closed on failure);
+ * sock_listen_share stops the listener taking connections unasked;
+ * sock_listen_take takes one waiting connection for its ready queue
+ * (EAGAIN: none); sock_listen_rendezvous is the socket to poll for them.
+ */
+int sock_listen_adopt(int fd, int backlog, int tcp_fd, int rdv_fd);
+int sock_listen_share(int fd);
+int sock_listen_take(int fd);
+int sock_listen_rendezvous(int fd);
+/*
  * sock_connect_bound - a connect of socket @fd (not yet connecting) gives
  * up after @ms without the listener's answer (ETIMEDOUT), rather than the
  * CM's long default.  For the shim, which falls back to TCP then.
@@ -407,8 +419,9 @@ static inline pid_t sock_pid(void)
 
 /* --- sock_conn.c: CM setup --- */
 int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen_t len);
-/* @tcp_fd: sock_listen_held's, or -1. */
-int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd);
+/* @tcp_fd: sock_listen_held's, or -1; @rdv_fd: sock_listen_adopt's
+ * (taken, closed on failure), or -1. */
+int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd, int rdv_fd);
 /* Process queued CM events of @s (cm_lock held). */
 void sock_conn_process(struct ferry_sock *s);
 /* Take a ready accepted socket; NULL if none. cm_lock held. */

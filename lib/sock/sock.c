@@ -306,22 +306,68 @@ int ferry_sock_bind(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	return ret;
 }
 
-int sock_listen_held(int fd, int backlog, int tcp_fd)
+int sock_listen_adopt(int fd, int backlog, int tcp_fd, int rdv_fd)
 {
 	struct ferry_sock *s = sock_get(fd);
 	int ret;
 
-	if (!s)
+	if (!s) {
+		if (rdv_fd >= 0)
+			close(rdv_fd);
 		return -1;
+	}
 	pthread_mutex_lock(&s->cm_lock);
-	if (s->state == SOCK_LISTENING)
+	if (s->state == SOCK_LISTENING && rdv_fd < 0) {
 		ret = 0;
-	else if (s->state != SOCK_INIT)
+	} else if (s->state != SOCK_INIT) {
+		if (rdv_fd >= 0)
+			close(rdv_fd);
 		ret = ERR(EINVAL);
-	else if ((ret = sock_conn_listen(s, backlog, tcp_fd)) == 0)
+	} else if ((ret = sock_conn_listen(s, backlog, tcp_fd, rdv_fd)) == 0) {
 		sock_stat_update(s);
+	}
 	pthread_mutex_unlock(&s->cm_lock);
 	return ret;
+}
+
+int sock_listen_held(int fd, int backlog, int tcp_fd)
+{
+	return sock_listen_adopt(fd, backlog, tcp_fd, -1);
+}
+
+/* The CM id of listening socket @fd, or NULL (EINVAL). */
+static struct ferry_cm_id *sock_listen_id(int fd)
+{
+	struct ferry_sock *s = sock_get(fd);
+
+	if (!s)
+		return NULL;
+	if (s->state != SOCK_LISTENING || !s->id) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return s->id;	/* a listener's id stays until it closes */
+}
+
+int sock_listen_share(int fd)
+{
+	struct ferry_cm_id *id = sock_listen_id(fd);
+
+	return id ? ferry_cm_listen_share(id) : -1;
+}
+
+int sock_listen_take(int fd)
+{
+	struct ferry_cm_id *id = sock_listen_id(fd);
+
+	return id ? ferry_cm_listen_take(id) : -1;
+}
+
+int sock_listen_rendezvous(int fd)
+{
+	struct ferry_cm_id *id = sock_listen_id(fd);
+
+	return id ? ferry_cm_rendezvous_fd(id) : -1;
 }
 
 int ferry_sock_listen(int fd, int backlog)

@@ -666,7 +666,7 @@ static void sock_conn_active_event(struct ferry_sock *s, struct ferry_cm_event *
 
 /* --- passive side --- */
 
-int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd)
+int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd, int rdv_fd)
 {
 	struct sockaddr_storage any;
 
@@ -674,6 +674,10 @@ int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd)
 	    ferry_create_id(s->chan->ch, &s->id, s, FERRY_PS_TCP) < 0 ||
 	    (tcp_fd >= 0 && ferry_cm_hold_port(s->id, tcp_fd) < 0))
 		goto err;
+	/* From here the id owns @rdv_fd, and closes it when it goes. */
+	if (rdv_fd >= 0 && ferry_cm_adopt_rendezvous(s->id, rdv_fd) < 0)
+		goto err;
+	rdv_fd = -1;
 	ferry_cm_quiet(s->id);	/* and its connections' ids */
 	if (!s->bound.sa.sa_family) {
 		memset(&any, 0, sizeof(any));
@@ -691,6 +695,8 @@ err:
 	{
 		int e = errno;
 
+		if (rdv_fd >= 0)
+			close(rdv_fd);
 		sock_conn_teardown(s);
 		return ERR(e);
 	}
