@@ -31,6 +31,9 @@
 #endif
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -136,8 +139,25 @@ void fp_listen_downgrade(int fd, struct fp_fd *e, bool in_child)
 	e->kind = FP_PLAIN;
 }
 
-/* Parent, before fork: make @e's listener shared (the header).  Once per
- * entry (with several names, the first does it). */
+/*
+ * Are listeners shared by fork (FERRY_SHARE_LISTENERS=1)?  Not by default
+ * yet: a ferry connection takes longer to set up than a TCP one, so a
+ * pre-forked server whose clients open a connection per request (nginx
+ * behind wrk -H 'Connection: close': 0.14x) would be slower under the shim
+ * than over TCP, which is what such servers got before.  Where clients
+ * keep their connections (2.2x for nginx's keep-alive), set it.  Read at
+ * each fork: no lock, no allocation.
+ */
+static bool fp_share_listeners(void)
+{
+	const char *v = getenv("FERRY_SHARE_LISTENERS");
+
+	return v && (!strcmp(v, "1") || !strcasecmp(v, "yes") || !strcasecmp(v, "on") ||
+		     !strcasecmp(v, "true"));
+}
+
+/* Parent, before fork: make @e's listener shared (the header), if that is
+ * asked for.  Once per entry (with several names, the first does it). */
 static void fp_fork_prepare_listener(int fd, struct fp_fd *e, void *arg)
 {
 	int rdv = -1;
@@ -146,7 +166,7 @@ static void fp_fork_prepare_listener(int fd, struct fp_fd *e, void *arg)
 	if (e->kind != FP_LISTEN || e->rdv_fd >= 0)
 		return;
 	FP_ENTER();
-	if (sock_listen_share(e->ferry_fd) == 0)
+	if (fp_share_listeners() && sock_listen_share(e->ferry_fd) == 0)
 		rdv = sock_listen_rendezvous(e->ferry_fd);
 	FP_LEAVE();
 	if (rdv >= 0) {

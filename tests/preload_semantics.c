@@ -530,32 +530,52 @@ static void case_cross_process_wake(void)
 	close(l);
 }
 
-/* A listener shared by fork before it ever accepted: the child accepts
- * (nginx's workers), and its clients get ferry there, served by the child;
- * the parent, which holds the listener but never accepts, takes none. */
-static void case_fork_listener(void)
+/*
+ * A listener shared by fork before it ever accepted: the child accepts
+ * (nginx's workers).  With FERRY_SHARE_LISTENERS=1 its clients get ferry
+ * there, served by the child; without (the default for now), TCP, which
+ * every process can serve.  The parent, which holds the listener but
+ * never accepts, takes none either way.
+ */
+static void fork_listener(bool shared)
 {
+	const char *want = shared ? "shm" : "";	/* "": kernel TCP */
 	struct sockaddr_in sin;
 	int l, c, a, status;
 	pid_t pid;
 	char b;
 
+	if (shared)
+		setenv("FERRY_SHARE_LISTENERS", "1", 1);
+	else
+		unsetenv("FERRY_SHARE_LISTENERS");
 	l = listener(&sin, false);
 	CHECK(l >= 0, "listener");
 	pid = fork();
 	CHECK(pid >= 0, "fork");
 	if (pid == 0) {
 		a = accept(l, NULL, NULL);
-		_exit(a >= 0 && send(a, "w", 1, 0) == 1 && !strcmp(transport(a), "shm") ? 0 : 2);
+		_exit(a >= 0 && send(a, "w", 1, 0) == 1 && !strcmp(transport(a), want) ? 0 : 2);
 	}
 	c = dial(&sin, 0);
 	CHECK(c >= 0, "connect");
-	CHECK(!strcmp(transport(c), "shm"), "shm, not '%s'", transport(c));
+	CHECK(!strcmp(transport(c), want), "%s, not '%s'", want, transport(c));
 	CHECK(recv(c, &b, 1, 0) == 1 && b == 'w', "the child accepted and answered");
 	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && !WEXITSTATUS(status),
 	      "child status %#x", status);
 	close(c);
 	close(l);
+	unsetenv("FERRY_SHARE_LISTENERS");
+}
+
+static void case_fork_listener(void)
+{
+	fork_listener(true);
+}
+
+static void case_fork_listener_default(void)
+{
+	fork_listener(false);
 }
 
 /* Descriptors open in this process now. */
@@ -649,6 +669,7 @@ static const struct {
 	{ "epipe", case_epipe },
 	{ "cross_process_wake", case_cross_process_wake },
 	{ "fork_listener", case_fork_listener },
+	{ "fork_listener_default", case_fork_listener_default },
 	{ "client_emfile", case_client_emfile },
 };
 

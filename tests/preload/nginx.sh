@@ -20,6 +20,8 @@ set -u
 prog=nginx.sh
 # shellcheck source=tests/preload/lib.sh
 . "$(dirname "$0")/lib.sh"
+# Listeners shared by fork are not the shim's default yet (ferry-run(1)).
+export FERRY_SHARE_LISTENERS=1
 need nginx curl wrk
 
 # Workers may run as another user (nobody, under root): /pid needs no file.

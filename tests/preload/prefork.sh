@@ -13,6 +13,8 @@ set -u
 prog=prefork.sh
 # shellcheck source=tests/preload/lib.sh
 . "$(dirname "$0")/lib.sh"
+# Listeners shared by fork are not the shim's default yet (ferry-run(1)).
+export FERRY_SHARE_LISTENERS=1
 need python3
 py=$(python3_bin)
 
