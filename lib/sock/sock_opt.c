@@ -211,6 +211,9 @@ static int sock_set_ferry(struct ferry_sock *s, int name, const void *optval, so
 	case FERRY_INLINE:
 		s->inline_size = clamp_u32(v, sizeof(struct rs_sge), 256);
 		return 0;
+	case FERRY_SNDRING:
+		s->sbuf_size = clamp_u32(v, SOCK_MIN_BUF_SIZE, SOCK_MAX_BUF_SIZE);
+		return 0;
 	case FERRY_IOMAPSIZE:
 		s->target_iomap_size = clamp_u32(v, 0, SOCK_MAX_IOMAP);
 		return 0;
@@ -308,6 +311,8 @@ static int sock_get_other(struct ferry_sock *s, int level, int name, void *optva
 		return opt_put_int(optval, optlen, (int)s->inline_size);
 	case FERRY_IOMAPSIZE:
 		return opt_put_int(optval, optlen, (int)s->target_iomap_size);
+	case FERRY_SNDRING:
+		return opt_put_int(optval, optlen, (int)s->sbuf_size);
 	case FERRY_TRANSPORT_OPT: {
 		const char *tp = s->ctx ? ferry_get_device_transport(s->ctx->device) : "";
 		size_t n = strlen(tp) + 1;
