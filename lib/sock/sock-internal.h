@@ -183,6 +183,13 @@ struct sock_iomap {
  * mapped when the first byte goes in and unmapped once the peer has it.
  */
 #define SOCK_BACKLOG_CHUNK	(256u << 10)
+/*
+ * A blocking writer queues in the backlog only once the peer's ring has
+ * stayed full this long without an update from the peer (a reader that is
+ * reading sends one within microseconds): against a reader that keeps up,
+ * waiting keeps each byte to one copy on this side.
+ */
+#define SOCK_STALL_NS		(10ull * 1000000)
 /* The backlog's bound when tcp_wmem cannot be read: Linux's default. */
 #define SOCK_BACKLOG_DEF_MAX	(4u << 20)
 
@@ -314,6 +321,8 @@ struct ferry_sock {
 	_Atomic size_t bl_bytes;	/* queued: read without slock as a hint */
 	size_t bl_limit;		/* most it may hold; 0: no backlog */
 	atomic_int bl_ctrl;		/* SHUTDOWN/DISCONNECT to send once empty; -1 */
+	_Atomic uint64_t full_since_ns;	/* a blocking send found the ring full, and
+					 * no update came since; 0: none */
 
 	/* Posting (plock). */
 	pthread_mutex_t plock;
@@ -496,6 +505,11 @@ size_t sock_backlog_put(struct ferry_sock *s, size_t len, const struct iovec **i
 int sock_backlog_flush(struct ferry_sock *s);
 /* sock_backlog_flush from where slock may be taken by others (trylock). */
 void sock_backlog_kick(struct ferry_sock *s);
+/* A blocking writer found the ring full: note when, unless noted already;
+ * returns the deadline of its wait for the peer (SOCK_STALL_NS on). */
+uint64_t sock_backlog_full(struct ferry_sock *s);
+/* Has the ring stayed full for SOCK_STALL_NS with no update since? */
+bool sock_backlog_stalled(struct ferry_sock *s);
 /* Send control message @ctrl after the backlog, now if it is empty (slock). */
 void sock_backlog_ctrl(struct ferry_sock *s, int ctrl);
 /* Wait up to @timeout_ms for the peer to take the backlog (slock held). */

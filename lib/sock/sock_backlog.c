@@ -13,6 +13,14 @@
  * How.  A send that finds the peer's ring full (no target space or no
  * credits) copies what it has into the backlog and returns, up to
  * bl_limit bytes queued: the kernel's own tcp_wmem maximum, read once.
+ * A non-blocking send does so at once (it cannot wait to see whether the
+ * reader keeps up; asyncio's are such).  A blocking one first waits
+ * SOCK_STALL_NS for the peer's update, and queues only if none came: a
+ * reader that reads answers within microseconds, and every byte then
+ * keeps to one copy on this side (queuing against a reader that keeps up
+ * halved ferry-perf's stream bandwidth: two copies on the writer's CPU).
+ * Once queued, later bytes queue behind, in order, until an update comes;
+ * then the writer waits again while the backlog drains.
  * A program that set SO_SNDBUF has chosen its buffer, and gets none, as
  * TCP's buffer stops growing then.  The backlog is purely local: nothing
  * changes on the wire, so an rsocket peer sees an ordinary sender.
@@ -132,6 +140,24 @@ size_t sock_backlog_put(struct ferry_sock *s, size_t len, const struct iovec **i
 	}
 	atomic_fetch_add_explicit(&s->bl_bytes, done, memory_order_relaxed);
 	return done;
+}
+
+uint64_t sock_backlog_full(struct ferry_sock *s)
+{
+	uint64_t none = 0, now = sock_now_ns(), since;
+
+	if (sock_backlog_bytes(s) >= s->bl_limit)
+		return 0;	/* full or none: only the peer ends the wait */
+	atomic_compare_exchange_strong(&s->full_since_ns, &none, now);
+	since = atomic_load(&s->full_since_ns);
+	return (since ? since : now) + SOCK_STALL_NS;
+}
+
+bool sock_backlog_stalled(struct ferry_sock *s)
+{
+	uint64_t since = atomic_load_explicit(&s->full_since_ns, memory_order_relaxed);
+
+	return since && sock_now_ns() - since >= SOCK_STALL_NS;
 }
 
 /* The control message a shutdown left for after the backlog. */

@@ -322,6 +322,7 @@ static void sock_recv_msg(struct ferry_sock *s, uint32_t imm, bool *answer)
 		break;
 	case RS_OP_SGL:
 		atomic_store_explicit(&s->sseq_comp, (uint16_t)value, memory_order_release);
+		atomic_store_explicit(&s->full_since_ns, 0, memory_order_relaxed);
 		break;
 	case RS_OP_CTRL:
 		if (value == RS_CTRL_DISCONNECT)
@@ -438,12 +439,18 @@ bool sock_writable(struct ferry_sock *s)
 	       queued < s->bl_limit || (!queued && sock_send_space(s) > 0);
 }
 
-/* For a sender waiting with slock held: it moves its own backlog on. */
+/*
+ * For a blocking sender waiting with slock held: it moves its own backlog
+ * on, and waits for room in the peer's ring, or for the ring to have
+ * stalled (then the backlog takes what it writes).
+ */
 static bool sock_send_ready(struct ferry_sock *s)
 {
 	sock_progress(s);
 	sock_backlog_flush(s);
-	return sock_writable(s);
+	return !s->qp || (atomic_load(&s->closed) & (SOCK_RESET | SOCK_PEER_GONE)) ||
+	       (!s->bl_head && sock_send_space(s) > 0) ||
+	       (sock_backlog_bytes(s) < s->bl_limit && sock_backlog_stalled(s));
 }
 
 /* The errno a send gets on a connection that cannot carry it, or 0. */
@@ -672,8 +679,12 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 			space = sock_send_now(s);
 		}
 		if (!space) {
-			size_t queued = sock_backlog_put(s, total - sent, &cur, &off);
+			size_t queued = 0;
 
+			/* A non-blocking writer cannot wait to see whether the
+			 * reader keeps up: its bytes go to the backlog at once. */
+			if (nonblock || sock_backlog_stalled(s))
+				queued = sock_backlog_put(s, total - sent, &cur, &off);
 			if (queued) {
 				sent += queued;
 				sock_stat_add(&s->stat->tx_bytes, queued);
@@ -683,7 +694,8 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 				err = EAGAIN;
 				break;
 			}
-			if (sock_wait(s, sock_send_ready, 0) < 0) {
+			if (sock_wait(s, sock_send_ready, sock_backlog_full(s)) < 0 &&
+			    errno != ETIMEDOUT) {
 				err = errno;
 				break;
 			}
