@@ -122,8 +122,12 @@ static void fp_replay_options(int sfd, const struct fp_fd *e)
 		sndbuf = FP_DEF_RING;
 	if (rcvbuf)
 		ferry_sock_setsockopt(sfd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(int));
-	if (sndbuf)
+	/* The shim's own default sizes the ring only: SO_SNDBUF would fix
+	 * the send buffer, which grows as TCP's unless the program set it. */
+	if (e->sndbuf)
 		ferry_sock_setsockopt(sfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(int));
+	else if (sndbuf)
+		ferry_sock_setsockopt(sfd, SOL_FERRY, FERRY_SNDRING, &sndbuf, sizeof(int));
 	if (e->nodelay)
 		ferry_sock_setsockopt(sfd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
 	if (e->keepalive)

@@ -115,7 +115,8 @@ static void ts_connect_finish(int c)
 }
 
 /* A connected pair in this process: *a the client, *b the accepted end. */
-static void ts_pair_opts(int *a, int *b, int rcvbuf, int iomap)
+/* A connected pair; a size or count of 0 leaves that option alone. */
+static void ts_pair_opts(int *a, int *b, int rcvbuf, int sndbuf, int iomap)
 {
 	uint16_t port;
 	int l = ts_listen(&port), c;
@@ -123,8 +124,14 @@ static void ts_pair_opts(int *a, int *b, int rcvbuf, int iomap)
 	if (rcvbuf)
 		ck_assert_int_eq(ferry_sock_setsockopt(l, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
 						       sizeof(rcvbuf)), 0);
+	if (sndbuf)
+		ck_assert_int_eq(ferry_sock_setsockopt(l, SOL_SOCKET, SO_SNDBUF, &sndbuf,
+						       sizeof(sndbuf)), 0);
 	c = ferry_socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
 	ck_assert_int_ge(c, 0);
+	if (sndbuf)
+		ck_assert_int_eq(ferry_sock_setsockopt(c, SOL_SOCKET, SO_SNDBUF, &sndbuf,
+						       sizeof(sndbuf)), 0);
 	if (iomap) {
 		ck_assert_int_eq(ferry_sock_setsockopt(l, SOL_FERRY, FERRY_IOMAPSIZE, &iomap,
 						       sizeof(iomap)), 0);
@@ -152,7 +159,7 @@ static void ts_pair_opts(int *a, int *b, int rcvbuf, int iomap)
 
 static void ts_pair(int *a, int *b)
 {
-	ts_pair_opts(a, b, 0, 0);
+	ts_pair_opts(a, b, 0, 0, 0);
 }
 
 static void ts_fill(uint8_t *buf, size_t len, uint32_t seed)
@@ -249,7 +256,8 @@ START_TEST(test_partial_write_read)
 	ssize_t n, m;
 	int a, b;
 
-	ts_pair(&a, &b);
+	/* SO_SNDBUF fixes the send buffer: no backlog beyond the ring. */
+	ts_pair_opts(&a, &b, 0, 128 * 1024, 0);
 	ts_fill(out, len, 7);
 	/*
 	 * The peer's ring (128 KiB) takes only part of a non-blocking send;
@@ -680,7 +688,7 @@ START_TEST(test_rcvbuf_sizes_ring)
 	socklen_t vl = sizeof(v);
 	ssize_t n;
 
-	ts_pair_opts(&a, &b, 16 * 1024, 0);
+	ts_pair_opts(&a, &b, 16 * 1024, 16 * 1024, 0);
 	ck_assert_int_eq(ferry_sock_getsockopt(b, SOL_SOCKET, SO_RCVBUF, &v, &vl), 0);
 	ck_assert_int_eq(v, 16 * 1024);
 	ts_fill(out, len, 5);
@@ -790,7 +798,7 @@ START_TEST(test_sgl_entry_stored_once)
 	ts_sgl_out = malloc(TS_SGL_LEN);
 	ck_assert(in && ts_sgl_out);
 	ts_fill(ts_sgl_out, TS_SGL_LEN, 23);
-	ts_pair_opts(&a, &b, TS_SGL_RING, 0);
+	ts_pair_opts(&a, &b, TS_SGL_RING, 0, 0);
 	sa = sock_get(a);
 	ck_assert_ptr_nonnull(sa);
 	ts_sgl_sender = a;
@@ -2064,7 +2072,7 @@ START_TEST(test_iomap_places_in_order)
 	socklen_t len = sizeof(n);
 	off_t off;
 
-	ts_pair_opts(&a, &b, 0, 2);
+	ts_pair_opts(&a, &b, 0, 0, 2);
 	ck_assert_int_eq(ferry_sock_getsockopt(b, SOL_FERRY, FERRY_IOMAPSIZE, &n, &len), 0);
 	ck_assert_int_eq(n, 2);
 	memset(target, 0, sizeof(target));
@@ -2122,7 +2130,7 @@ START_TEST(test_iomap_errors)
 	static uint8_t target[4096], other[64];
 	int a, b, c, d;
 
-	ts_pair_opts(&a, &b, 0, 1);
+	ts_pair_opts(&a, &b, 0, 0, 1);
 	/* Arguments. */
 	ck_assert_int_eq(ferry_sock_iomap(b, NULL, 10, PROT_WRITE, 0, 0), -1);
 	ck_assert_int_eq(errno, EINVAL);
@@ -2183,6 +2191,173 @@ START_TEST(test_iomap_errors)
 }
 END_TEST
 
+/* --- the send backlog: buffering like TCP's --- */
+
+/* net.ipv4.tcp_wmem's maximum, which bounds a sender's backlog. */
+static size_t ts_wmem_max(void)
+{
+	unsigned long long lo, def, max = 0;
+	FILE *f = fopen("/proc/sys/net/ipv4/tcp_wmem", "r");
+
+	if (f) {
+		if (fscanf(f, "%llu %llu %llu", &lo, &def, &max) != 3)
+			max = 0;
+		fclose(f);
+	}
+	return max ? (size_t)max : SOCK_BACKLOG_DEF_MAX;
+}
+
+/* The backlog of @fd holds no byte and no memory (taken under slock, as
+ * the flusher drops a piece only after its last byte went out). */
+static void ts_assert_backlog_empty(int fd)
+{
+	struct ferry_sock *s = sock_get(fd);
+
+	ck_assert_ptr_nonnull(s);
+	pthread_mutex_lock(&s->slock);
+	ck_assert_uint_eq(sock_backlog_bytes(s), 0);
+	ck_assert_ptr_null(s->bl_head);
+	pthread_mutex_unlock(&s->slock);
+}
+
+/*
+ * A writer runs ahead of a reader that does not read by the peer's ring
+ * and tcp_wmem's maximum, as over TCP, and no further; the reader then
+ * drains every byte, in order, and the writer's backlog memory goes.
+ */
+START_TEST(test_backlog_runs_ahead_then_drains)
+{
+	size_t limit = ts_wmem_max(), len = limit + (1u << 20), n = 0;
+	uint8_t *out = malloc(len), *in = malloc(len);
+	ssize_t m;
+	int a, b;
+
+	ts_pair(&a, &b);
+	ck_assert_uint_eq(sock_get(a)->bl_limit, limit);
+	ts_fill(out, len, 11);
+	for (;;) {
+		m = ferry_sock_send(a, out + n, len - n, MSG_DONTWAIT);
+		if (m < 0)
+			break;
+		ck_assert_int_gt(m, 0);
+		n += (size_t)m;
+	}
+	ck_assert_int_eq(errno, EAGAIN);
+	/* The peer's first half-ring at least (the second comes when its
+	 * progress sees the first in use), the backlog, never more. */
+	ck_assert_uint_ge(n, limit + 64 * 1024);
+	ck_assert_uint_le(n, limit + 128 * 1024);
+	ts_read_all(b, in, n);
+	ck_assert_int_eq(memcmp(in, out, n), 0);
+	ck_assert_int_eq(ferry_sock_recv(b, in, 1, MSG_DONTWAIT), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	ts_assert_backlog_empty(a);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+	free(out);
+	free(in);
+}
+END_TEST
+
+/*
+ * A blocking writer of far more than ring and backlog fills both while the
+ * reader does not read, then blocks; once the reader reads, every byte
+ * arrives intact.
+ */
+START_TEST(test_backlog_blocking_writer)
+{
+	size_t limit = ts_wmem_max();
+	struct ts_stream w = { 0 }, r = { 0 };
+	pthread_t tw, tr;
+	int a, b, i;
+
+	ts_pair(&a, &b);
+	w = (struct ts_stream){ .fd = a, .total = 2 * limit + (1u << 20), .seed = 5 };
+	r = (struct ts_stream){ .fd = b, .total = w.total, .seed = 6 };
+	ck_assert_int_eq(pthread_create(&tw, NULL, ts_stream_writer, &w), 0);
+	for (i = 0; i < TS_TIMEOUT_MS && sock_backlog_bytes(sock_get(a)) < limit; i++)
+		usleep(1000);
+	ck_assert_uint_eq(sock_backlog_bytes(sock_get(a)), limit);
+	ck_assert_int_eq(pthread_create(&tr, NULL, ts_stream_reader, &r), 0);
+	pthread_join(tw, NULL);
+	pthread_join(tr, NULL);
+	ck_assert_int_eq(w.err, 0);
+	ck_assert_int_eq(r.err, 0);
+	ck_assert(w.sum == r.sum);
+	ts_assert_backlog_empty(a);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+}
+END_TEST
+
+/*
+ * shutdown(SHUT_WR) with data in the backlog returns at once and its EOF
+ * comes after that data; close waits for the reader to take it.
+ */
+START_TEST(test_backlog_before_shutdown_and_close)
+{
+	size_t len = 1u << 20;
+	uint8_t *out = malloc(len), *in = malloc(len);
+	struct ts_stream r = { 0 };
+	uint64_t sum = 14695981039346656037ull;
+	pthread_t tr;
+	int a, b;
+
+	ts_fill(out, len, 21);
+	ts_pair(&a, &b);
+	ck_assert_int_eq(ferry_sock_send(a, out, len, MSG_DONTWAIT), (ssize_t)len);
+	ck_assert_uint_gt(sock_backlog_bytes(sock_get(a)), 0);
+	ck_assert_int_eq(ferry_sock_shutdown(a, SHUT_WR), 0);
+	ck_assert_int_eq(ferry_sock_send(a, out, 1, MSG_NOSIGNAL), -1);
+	ck_assert_int_eq(errno, EPIPE);
+	ts_read_all(b, in, len);
+	ck_assert_int_eq(memcmp(in, out, len), 0);
+	ck_assert_int_eq(ferry_sock_recv(b, in, 1, 0), 0);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+
+	/* ts_stream_reader's bytes are ts_fill's of their offset. */
+	ts_pair(&a, &b);
+	ts_fill(out, len, 0);
+	r = (struct ts_stream){ .fd = b, .total = len };
+	ck_assert_int_eq(ferry_sock_send(a, out, len, MSG_DONTWAIT), (ssize_t)len);
+	ck_assert_int_eq(pthread_create(&tr, NULL, ts_stream_reader, &r), 0);
+	ck_assert_int_eq(ferry_sock_close(a), 0);
+	pthread_join(tr, NULL);
+	ck_assert_int_eq(r.err, 0);
+	ck_assert(r.sum == ts_fnv(sum, out, len));
+	ck_assert_int_eq(ferry_sock_recv(b, in, 1, 0), 0);
+	ferry_sock_close(b);
+	free(out);
+	free(in);
+}
+END_TEST
+
+/* SO_SNDBUF set by the program fixes the send buffer: no backlog. */
+START_TEST(test_sndbuf_fixes_size)
+{
+	size_t len = 1u << 20;
+	uint8_t *out = malloc(len);
+	int a, b, v = 0;
+	socklen_t vl = sizeof(v);
+	ssize_t n;
+
+	ts_pair_opts(&a, &b, 0, 64 * 1024, 0);
+	ck_assert_int_eq(ferry_sock_getsockopt(a, SOL_SOCKET, SO_SNDBUF, &v, &vl), 0);
+	ck_assert_int_eq(v, 64 * 1024);
+	ck_assert_uint_eq(sock_get(a)->bl_limit, 0);
+	ck_assert_uint_eq(sock_get(b)->bl_limit, 0);
+	ts_fill(out, len, 3);
+	n = ferry_sock_send(a, out, len, MSG_DONTWAIT);
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_le(n, 128 * 1024);
+	ck_assert_uint_eq(sock_backlog_bytes(sock_get(a)), 0);
+	ferry_sock_close(a);
+	ferry_sock_close(b);
+	free(out);
+}
+END_TEST
+
 Suite *sock_suite(void)
 {
 	Suite *s = suite_create("sock");
@@ -2201,6 +2376,10 @@ Suite *sock_suite(void)
 	tcase_add_test(tc, test_accept4_flags);
 	tcase_add_test(tc, test_fionread);
 	tcase_add_test(tc, test_rcvbuf_sizes_ring);
+	tcase_add_test(tc, test_backlog_runs_ahead_then_drains);
+	tcase_add_test(tc, test_backlog_blocking_writer);
+	tcase_add_test(tc, test_backlog_before_shutdown_and_close);
+	tcase_add_test(tc, test_sndbuf_fixes_size);
 #ifndef __SANITIZE_ADDRESS__
 	tcase_add_test(tc, test_sgl_entry_stored_once);
 #endif

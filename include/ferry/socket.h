@@ -39,6 +39,9 @@ extern "C" {
 #define FERRY_IOMAPSIZE		3	/* iomap entries (int) */
 #define FERRY_ROUTE		4	/* not supported: ENOPROTOOPT */
 #define FERRY_TRANSPORT_OPT	0x100	/* getsockopt: "shm" or "verbs" (char[16]) */
+/* The send ring's bytes (int), as SO_SNDBUF sets them, but leaving the send
+ * buffer free to grow beyond the ring up to tcp_wmem's maximum. */
+#define FERRY_SNDRING		0x101
 
 int ferry_socket(int domain, int type, int protocol);
 int ferry_sock_bind(int s, const struct sockaddr *addr, socklen_t addrlen);

@@ -178,6 +178,20 @@ struct sock_iomap {
 #define SOCK_DIRECT_MIN		4096
 /* Writes from this size on may store past our caches (sock_copy.c). */
 #define SOCK_COPY_LARGE		(16u << 10)
+/*
+ * The send backlog (sock_backlog.c) is kept in pieces of this size, each
+ * mapped when the first byte goes in and unmapped once the peer has it.
+ */
+#define SOCK_BACKLOG_CHUNK	(256u << 10)
+/*
+ * A blocking writer queues in the backlog only once the peer's ring has
+ * stayed full this long without an update from the peer (a reader that is
+ * reading sends one within microseconds): against a reader that keeps up,
+ * waiting keeps each byte to one copy on this side.
+ */
+#define SOCK_STALL_NS		(10ull * 1000000)
+/* The backlog's bound when tcp_wmem cannot be read: Linux's default. */
+#define SOCK_BACKLOG_DEF_MAX	(4u << 20)
 
 /* --- the socket --- */
 
@@ -258,6 +272,7 @@ struct ferry_sock {
 
 	/* Options, fixed when the connection is set up. */
 	uint32_t sbuf_size, rbuf_size;	/* SO_SNDBUF / SO_RCVBUF */
+	bool sbuf_fixed;		/* the program set SO_SNDBUF: no backlog */
 	uint32_t sq_size, rq_size, inline_size;
 	int keepalive, keepidle, keepintvl, keepcnt;
 	int linger_on, linger_s;
@@ -301,6 +316,13 @@ struct ferry_sock {
 	uint32_t sbuf_head;		/* offset of the next byte into sbuf */
 	struct sock_copy copy;
 	int target_idx;			/* current entry of target_sgl; -1: first_target */
+	/* Bytes written while the peer's ring was full (sock_backlog.c). */
+	struct sock_backlog_chunk *bl_head, *bl_tail;
+	_Atomic size_t bl_bytes;	/* queued: read without slock as a hint */
+	size_t bl_limit;		/* most it may hold; 0: no backlog */
+	atomic_int bl_ctrl;		/* SHUTDOWN/DISCONNECT to send once empty; -1 */
+	_Atomic uint64_t full_since_ns;	/* a blocking send found the ring full, and
+					 * no update came since; 0: none */
 
 	/* Posting (plock). */
 	pthread_mutex_t plock;
@@ -473,6 +495,44 @@ bool sock_ctrl_avail(struct ferry_sock *s);
 int sock_send_error(struct ferry_sock *s);
 /* Wait until all sent data has completed (linger); false on timeout. */
 bool sock_drain_sends(struct ferry_sock *s, int timeout_ms);
+
+/* Copy @len bytes from the iovec cursor into @dst, moving it on. */
+void sock_gather(uint8_t *dst, size_t len, const struct iovec **iov_p, size_t *off_p);
+/* What the backlog does not hold may go now: bytes, 0 if none (slock). */
+uint32_t sock_send_space(struct ferry_sock *s);
+/* Write at most @len bytes from the cursor into the peer's ring (slock). */
+ssize_t sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
+			size_t *off_p);
+
+/* --- sock_backlog.c: the send buffer beyond the ring --- */
+/* Set the bound of a connection's backlog when it comes up. */
+void sock_backlog_setup(struct ferry_sock *s);
+/* Queue up to @len bytes from the cursor; returns how many (slock held). */
+size_t sock_backlog_put(struct ferry_sock *s, size_t len, const struct iovec **iov_p,
+			size_t *off_p);
+/*
+ * sock_backlog_flush - write what the peer's ring takes now, oldest first,
+ * then a shutdown's control message left waiting for it.  slock held;
+ * -1 when the connection failed.
+ */
+int sock_backlog_flush(struct ferry_sock *s);
+/* sock_backlog_flush from where slock may be taken by others (trylock). */
+void sock_backlog_kick(struct ferry_sock *s);
+/* A blocking writer found the ring full: note when, unless noted already;
+ * returns the deadline of its wait for the peer (SOCK_STALL_NS on). */
+uint64_t sock_backlog_full(struct ferry_sock *s);
+/* Has the ring stayed full for SOCK_STALL_NS with no update since? */
+bool sock_backlog_stalled(struct ferry_sock *s);
+/* Send control message @ctrl after the backlog, now if it is empty (slock). */
+void sock_backlog_ctrl(struct ferry_sock *s, int ctrl);
+/* Wait up to @timeout_ms for the peer to take the backlog (slock held). */
+bool sock_backlog_drain(struct ferry_sock *s, int timeout_ms);
+void sock_backlog_free(struct ferry_sock *s);
+
+static inline size_t sock_backlog_bytes(const struct ferry_sock *s)
+{
+	return atomic_load_explicit(&s->bl_bytes, memory_order_relaxed);
+}
 
 /* --- sock_iomap.c --- */
 /* Bytes of the rbuf block after the ring: target SGL and target iomap. */

@@ -226,6 +226,7 @@ struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec, bool bare)
 	}
 	s->domain = domain;
 	atomic_init(&s->nonblock, nonblock);
+	atomic_init(&s->bl_ctrl, -1);
 	pthread_mutex_init(&s->cm_lock, NULL);
 	pthread_mutex_init(&s->slock, NULL);
 	pthread_mutex_init(&s->plock, NULL);
@@ -569,13 +570,15 @@ int ferry_sock_shutdown(int fd, int how)
 		sock_stat_flags(s);
 		return 0;
 	}
-	/* Data written before is ahead of the control message on the QP. */
+	/* Data written before is ahead of the control message on the QP; data
+	 * still in the send backlog goes first, the message after it. */
 	pthread_mutex_lock(&s->slock);
 	closed = atomic_fetch_or(&s->closed, SOCK_SHUT_WR);
 	if (!(closed & (SOCK_SHUT_WR | SOCK_RESET | SOCK_PEER_GONE)))
-		sock_send_ctrl(s, how == SHUT_RDWR ? RS_CTRL_DISCONNECT : RS_CTRL_SHUTDOWN,
-			       SOCK_CM_TIMEOUT_MS);
-	if (how == SHUT_RDWR)
+		sock_backlog_ctrl(s, how == SHUT_RDWR ? RS_CTRL_DISCONNECT : RS_CTRL_SHUTDOWN);
+	else if (how == SHUT_RDWR && atomic_load(&s->bl_ctrl) >= 0)
+		atomic_store(&s->bl_ctrl, RS_CTRL_DISCONNECT);
+	else if (how == SHUT_RDWR)
 		atomic_fetch_or(&s->closed, SOCK_DISC_SENT);
 	pthread_mutex_unlock(&s->slock);
 	sock_stat_flags(s);
@@ -601,6 +604,10 @@ static void sock_close_connected(struct ferry_sock *s)
 	if (s->linger_on)
 		wait_ms = s->linger_s * 1000;
 	pthread_mutex_lock(&s->slock);
+	/* What the send backlog holds first, as TCP goes on sending it; an
+	 * abortive close (SO_LINGER 0) drops it. */
+	if (!(s->linger_on && !s->linger_s))
+		sock_backlog_drain(s, wait_ms);
 	closed = atomic_fetch_or(&s->closed, SOCK_DISC_SENT | SOCK_SHUT_WR);
 	if (!(closed & (SOCK_DISC_SENT | SOCK_RESET)) && !(s->linger_on && !s->linger_s))
 		sock_send_ctrl(s, RS_CTRL_DISCONNECT, SOCK_CM_TIMEOUT_MS);

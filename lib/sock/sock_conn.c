@@ -421,6 +421,7 @@ static int sock_conn_resources(struct ferry_sock *s)
 	atomic_store(&s->r_consumed, 0);
 	atomic_store(&s->rseq_no, 0);
 	s->r_published = s->rbuf_size / 2;
+	sock_backlog_setup(s);
 	return sock_post_initial_recvs(s);	/* and the first credits */
 }
 
@@ -467,6 +468,7 @@ void sock_conn_teardown(struct ferry_sock *s)
 		s->cch = NULL;
 	}
 	sock_iomap_free_all(s);
+	sock_backlog_free(s);
 	if (s->smr)
 		ferry_dereg_mr(s->smr);
 	if (s->rmr)
@@ -706,6 +708,7 @@ err:
 static void sock_conn_inherit(struct ferry_sock *s, const struct ferry_sock *l)
 {
 	s->sbuf_size = l->sbuf_size;
+	s->sbuf_fixed = l->sbuf_fixed;
 	s->rbuf_size = l->rbuf_size;
 	s->sq_size = l->sq_size;
 	s->rq_size = l->rq_size;

@@ -322,6 +322,7 @@ static void sock_recv_msg(struct ferry_sock *s, uint32_t imm, bool *answer)
 		break;
 	case RS_OP_SGL:
 		atomic_store_explicit(&s->sseq_comp, (uint16_t)value, memory_order_release);
+		atomic_store_explicit(&s->full_since_ns, 0, memory_order_relaxed);
 		break;
 	case RS_OP_CTRL:
 		if (value == RS_CTRL_DISCONNECT)
@@ -381,6 +382,9 @@ int sock_progress(struct ferry_sock *s)
 		if (s->keepalive)
 			atomic_store(&s->last_rx_ns, sock_now_ns());
 		sock_give_credits(s, answer);
+		/* A receive may be the peer's update that frees its ring. */
+		if (sock_backlog_bytes(s) || atomic_load(&s->bl_ctrl) >= 0)
+			sock_backlog_kick(s);
 	}
 	return total;
 }
@@ -405,7 +409,7 @@ static inline void sock_target_next(struct ferry_sock *s)
  * receive per credit it grants, so the control messages in flight find
  * receives too and never wait on the peer's RNR retries.
  */
-static uint32_t sock_send_space(struct ferry_sock *s)
+uint32_t sock_send_space(struct ferry_sock *s)
 {
 	volatile struct rs_sge *t = sock_target(s);
 	/* The peer writes the entry's length last: what it published before
@@ -423,16 +427,30 @@ static uint32_t sock_send_space(struct ferry_sock *s)
 	return space;
 }
 
+/*
+ * Writable as TCP is: while the backlog has room, even if the peer's ring
+ * is full (a hint, read without slock).
+ */
 bool sock_writable(struct ferry_sock *s)
 {
+	size_t queued = sock_backlog_bytes(s);
+
 	return !s->qp || (atomic_load(&s->closed) & (SOCK_RESET | SOCK_PEER_GONE)) ||
-	       sock_send_space(s) > 0;
+	       queued < s->bl_limit || (!queued && sock_send_space(s) > 0);
 }
 
+/*
+ * For a blocking sender waiting with slock held: it moves its own backlog
+ * on, and waits for room in the peer's ring, or for the ring to have
+ * stalled (then the backlog takes what it writes).
+ */
 static bool sock_send_ready(struct ferry_sock *s)
 {
 	sock_progress(s);
-	return sock_writable(s);
+	sock_backlog_flush(s);
+	return !s->qp || (atomic_load(&s->closed) & (SOCK_RESET | SOCK_PEER_GONE)) ||
+	       (!s->bl_head && sock_send_space(s) > 0) ||
+	       (sock_backlog_bytes(s) < s->bl_limit && sock_backlog_stalled(s));
 }
 
 /* The errno a send gets on a connection that cannot carry it, or 0. */
@@ -483,7 +501,7 @@ static void sock_skip(size_t len, const struct iovec **iov_p, size_t *off_p)
 }
 
 /* Gather @len bytes from the iovec cursor into @dst. */
-static void sock_gather(uint8_t *dst, size_t len, const struct iovec **iov_p, size_t *off_p)
+void sock_gather(uint8_t *dst, size_t len, const struct iovec **iov_p, size_t *off_p)
 {
 	while (len) {
 		const uint8_t *p;
@@ -572,8 +590,8 @@ static uint32_t sock_direct_sges(struct ferry_sock *s, uint32_t len, const struc
  * (ferry_post_send_direct): one copy of each byte on this side instead
  * of two.  Where the provider cannot take it now it is staged as usual.
  */
-static ssize_t sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
-			       size_t *off_p)
+ssize_t sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
+			size_t *off_p)
 {
 	volatile struct rs_sge *t = sock_target(s);
 	uint64_t raddr = t->addr;
@@ -621,6 +639,18 @@ static ssize_t sock_write_data(struct ferry_sock *s, uint32_t len, const struct 
 	return ret < 0 ? -1 : (ssize_t)len;
 }
 
+/*
+ * Bytes this send may write into the peer's ring now: none while older
+ * ones wait in the backlog, which goes first to keep the stream in order.
+ * slock held.
+ */
+static uint32_t sock_send_now(struct ferry_sock *s)
+{
+	if (s->bl_head && (sock_backlog_flush(s) < 0 || s->bl_head))
+		return 0;
+	return sock_send_space(s);
+}
+
 ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
 	bool nonblock = (flags & MSG_DONTWAIT) || atomic_load(&s->nonblock);
@@ -643,17 +673,29 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 		err = sock_send_error(s);
 		if (err || total == 0)
 			break;
-		space = sock_send_space(s);
+		space = sock_send_now(s);
 		if (!space) {
 			sock_progress(s);
-			space = sock_send_space(s);
+			space = sock_send_now(s);
 		}
 		if (!space) {
+			size_t queued = 0;
+
+			/* A non-blocking writer cannot wait to see whether the
+			 * reader keeps up: its bytes go to the backlog at once. */
+			if (nonblock || sock_backlog_stalled(s))
+				queued = sock_backlog_put(s, total - sent, &cur, &off);
+			if (queued) {
+				sent += queued;
+				sock_stat_add(&s->stat->tx_bytes, queued);
+				continue;
+			}
 			if (nonblock) {
 				err = EAGAIN;
 				break;
 			}
-			if (sock_wait(s, sock_send_ready, 0) < 0) {
+			if (sock_wait(s, sock_send_ready, sock_backlog_full(s)) < 0 &&
+			    errno != ETIMEDOUT) {
 				err = errno;
 				break;
 			}

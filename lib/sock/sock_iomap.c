@@ -275,6 +275,9 @@ static bool sock_iomap_lookup(struct ferry_sock *s, uint64_t offset, size_t coun
 static bool sock_iowrite_ready(struct ferry_sock *s)
 {
 	sock_progress(s);
+	/* The stream written before goes first (slock is the caller's). */
+	if (sock_backlog_flush(s) == 0 && s->bl_head)
+		return false;
 	return sock_send_error(s) ||
 	       (atomic_load(&s->sqe_avail) > RS_QP_CTRL_SIZE && atomic_load(&s->sbuf_free) > 0);
 }
