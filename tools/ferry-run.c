@@ -43,6 +43,7 @@ static const struct run_var {
 	{ "FERRY_POLL_US", "microseconds a socket busy-polls before it sleeps (10; 200 under the shim)" },
 	{ "FERRY_RBUF", "receive ring of each socket, bytes, k/m/g (shim 512k, API 128k)" },
 	{ "FERRY_SBUF", "send ring of each socket, bytes, k/m/g (shim 512k, API 128k)" },
+	{ "FERRY_SHARE_LISTENERS", "1: a listener shared by fork serves ferry clients in every process" },
 	{ "FERRY_STREAM_COPY", "auto|cached|nocache: stores of large shm writes (auto)" },
 	{ "FERRY_TRANSPORT", "shm|verbs: use only this transport" },
 	{ "FERRY_PRELOAD_LIB", "the shim to preload (ferry-run, ferry-perf)" },
