@@ -12,9 +12,9 @@
  * whole block shares the block's own file; any other span is first moved
  * to a file of its own (its pages copied, the new file mapped over them:
  * mremap replaces the old pages in one step).  Taking a window back moves
- * its span once more, to a file nobody else has.  Every file is mode
- * 0400, so a read-only descriptor (a reopening through /proc/self/fd)
- * cannot be reopened for writing by a process of another user.
+ * its span once more, to a file nobody else has.  A file given out
+ * read-only (a reopening through /proc/self/fd) is made mode 0400 first,
+ * so that a process of another user cannot reopen it for writing.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -48,6 +48,7 @@ struct ferry_window {
 	const void *owner;	/* who registered it (a PD), unless ... */
 	bool owners;		/* ... several did: then it is never renewed */
 	bool out;		/* a descriptor of it was handed out since it was made */
+	bool ro_mode;		/* its file is mode 0400 (ferry_block_window_fd) */
 	struct ferry_window *next;
 };
 
@@ -167,8 +168,7 @@ int ferry_memfd_create(const char *name, size_t size)
 		ferry_warn("memfd_create(%s): %m", name);
 		return -1;
 	}
-	/* 0400: a read-only descriptor of it stays read-only (see above). */
-	if (fchmod(fd, 0400) < 0 || ftruncate(fd, (off_t)page_round(size)) < 0 ||
+	if (ftruncate(fd, (off_t)page_round(size)) < 0 ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
 		int e = errno;
 
@@ -445,7 +445,7 @@ static struct ferry_window *window_new_locked(struct ferry_block *blk, size_t of
 		}
 		blk->patched = true;
 	}
-	w->ino = ferry_fd_inode(w->fd);
+	w->ino = w->base ? blk->ino : ferry_fd_inode(w->fd);
 	w->next = blk->windows;
 	blk->windows = w;
 	return w;
@@ -552,8 +552,13 @@ int ferry_block_window_fd(uint64_t id)
 		errno = ESTALE;		/* renewed since: the registration's id is newer */
 	} else if (id == w->id_rw) {
 		fd = ferry_fd_dup(w->fd);
+	} else if (!w->ro_mode && fchmod(w->fd, 0400) < 0) {
+		ferry_warn("making a window's file mode 0400: %m");
 	} else {
-		/* A description of its own, opened for reading only. */
+		/* A description of its own, opened for reading only; the file
+		 * is mode 0400 first, so that no process of another user can
+		 * reopen it for writing through it. */
+		w->ro_mode = true;
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", w->fd);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
@@ -590,6 +595,7 @@ static int window_renew_locked(struct ferry_block *blk, struct ferry_window *w)
 	}
 	w->fd = nfd;
 	w->ino = ferry_fd_inode(nfd);
+	w->ro_mode = false;
 	w->old_rw = w->id_rw;
 	w->old_ro = w->id_ro;
 	w->id_rw = w->id_rw ? next_block_id++ : 0;

@@ -517,6 +517,7 @@ struct shm_conn {
 	pid_t peer_pid;			/* from the HELLO's credentials */
 	uid_t peer_uid;
 	const uint8_t *peer_bounce;	/* the peer's staging ring (shm_conn_bounces) */
+	bool bounces;			/* peer_uid is not both of ours */
 	/* The arena's pool of that process, holding our region and the
 	 * copies of our PD's table and recv CQ's word that it reads. */
 	struct shm_pool *pool;
@@ -735,7 +736,7 @@ int shm_region_create(struct shm_qp *qp, struct shm_conn *conn);
  */
 static inline bool shm_conn_bounces(const struct shm_conn *conn)
 {
-	return conn->peer_uid != geteuid() || conn->peer_uid != getuid();
+	return conn->bounces;	/* decided once, at the HELLO (shm_hello_recv) */
 }
 
 #define SHM_ACCESS_REMOTE (FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_READ | \

@@ -460,6 +460,7 @@ static int shm_hello_recv(struct shm_conn *conn)
 	conn->peer_wake = m.wake;
 	conn->peer_kick = m.kick;
 	conn->peer_uid = cred.uid;
+	conn->bounces = cred.uid != geteuid() || cred.uid != getuid();
 	conn->pool = shm_arena_pool_get(conn->peer_pid, conn->peer_uid);
 	return conn->pool ? 0 : ERR(ENOMEM);
 }
