@@ -614,6 +614,7 @@ struct shm_qp {
 	 * for its ring, ours). */
 	uint64_t bounce_done;
 	uint64_t bounce_prod, bounce_cons;
+	uint64_t bounce_retry_ns;	/* the monitor's next look while waiting for room */
 	bool bounce;			/* the connection bounces (shm_conn_bounces) */
 	uint8_t *bounce_ring;		/* our staging ring, in the region */
 

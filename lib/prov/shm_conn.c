@@ -263,7 +263,7 @@ int shm_region_create(struct shm_qp *qp, struct shm_conn *conn)
 	 * are new (both start at 0, ours and the peer's of ours). */
 	qp->bounce = bounce;
 	qp->bounce_ring = bounce ? qp->region_piece.addr + l.bounce_off : NULL;
-	qp->bounce_prod = qp->bounce_cons = qp->bounce_done = 0;
+	qp->bounce_prod = qp->bounce_cons = qp->bounce_done = qp->bounce_retry_ns = 0;
 	atomic_store(&r->bounce_prod, 0);
 	atomic_store(&r->bounce_cons, 0);
 	return 0;

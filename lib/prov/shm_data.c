@@ -520,7 +520,6 @@ static int shm_bounce_stage(struct shm_qp *qp, struct shm_conn *conn, const stru
 {
 	uint64_t cons = atomic_load_explicit(&conn->peer_region->bounce_cons, memory_order_acquire);
 	uint64_t start = qp->bounce_prod, used = qp->bounce_prod - cons;
-	bool staged;
 
 	if (used > SHM_BOUNCE_SIZE)
 		return FERRY_WC_REM_OP_ERR;	/* the peer took more than we put */
@@ -528,12 +527,13 @@ static int shm_bounce_stage(struct shm_qp *qp, struct shm_conn *conn, const stru
 	    shm_bounce_rec_size(total) + sizeof(struct shm_bounce_rec) > SHM_BOUNCE_SIZE - used)
 		return SHM_EXEC_RNR;
 	while (qp->bounce_done < total &&
-	       (staged = shm_bounce_put(qp, loc, nloc, total,
-					SHM_BOUNCE_SIZE - (qp->bounce_prod - cons))))
+	       shm_bounce_put(qp, loc, nloc, total, SHM_BOUNCE_SIZE - (qp->bounce_prod - cons)))
 		;
-	if (qp->bounce_prod != start)
+	if (qp->bounce_prod != start) {
 		atomic_store_explicit(&qp->region->bounce_prod, qp->bounce_prod,
 				      memory_order_release);
+		qp->bounce_retry_ns = 0;	/* the peer takes: look again soon */
+	}
 	return qp->bounce_done < total ? SHM_EXEC_WAIT : FERRY_WC_SUCCESS;
 }
 
@@ -742,16 +742,22 @@ static bool shm_sq_rnr(struct shm_qp *qp)
  * The head WR waits for room in our staging ring; sq_lock held.  Not an
  * RNR wait: no retry is used up, the peer is there and takes what we
  * staged when it polls.  A sleeping peer is woken to do so; when it has,
- * it kicks us (rnr_wait), and the monitor looks again meanwhile too.
+ * it kicks us (rnr_wait), and the monitor looks again meanwhile too, less
+ * and less often while the peer takes nothing (one that never polls costs
+ * ten looks a second, not a thousand).
  */
-#define SHM_BOUNCE_RETRY_NS	1000000ull	/* 1 ms */
+#define SHM_BOUNCE_RETRY_NS	1000000ull	/* 1 ms, doubled ... */
+#define SHM_BOUNCE_RETRY_MAX_NS	100000000ull	/* ... up to 100 ms */
 static void shm_sq_wait_room(struct shm_qp *qp)
 {
 	struct shm_conn *conn = qp->conn;
 	uint64_t now = shm_now_ns();
 
+	qp->bounce_retry_ns = qp->bounce_retry_ns ? 2 * qp->bounce_retry_ns : SHM_BOUNCE_RETRY_NS;
+	if (qp->bounce_retry_ns > SHM_BOUNCE_RETRY_MAX_NS)
+		qp->bounce_retry_ns = SHM_BOUNCE_RETRY_MAX_NS;
 	qp->rnr_pending = true;
-	qp->rnr_deadline_ns = now + SHM_BOUNCE_RETRY_NS;
+	qp->rnr_deadline_ns = now + qp->bounce_retry_ns;
 	atomic_store(&qp->region->rnr_wait, 1);
 	atomic_thread_fence(memory_order_seq_cst);
 	if (SHM_BOUNCE_SIZE - (qp->bounce_prod - atomic_load_explicit(
