@@ -52,12 +52,21 @@ print(l.getsockname()[1], flush=True)
 while True:
     l.accept()[0].close()
 EOF
-# Two ports nothing listens on (held, then let go, by this script's python).
-read -r none excl < <("$py" -c '
-import socket
+# Two ports nothing listens on, held bound (never listening) by a python
+# of this script's for the whole run: let go, another test running beside
+# this one could listen there, or a connect take one as its own source
+# port and so connect to itself (CI saw "Success" for such a port).
+# Bound without SO_REUSEADDR, no one else can bind them, and the kernel
+# takes no bound port as a connect's source.
+mkfifo "$tmp/held"
+"$py" -c '
+import signal, socket
 s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+print(*[x.getsockname()[1] for x in s], flush=True)
+signal.pause()' > "$tmp/held" &
+pids+=($!)
+read -r -t 30 none excl < "$tmp/held" || { fail "no ports held"; exit 1; }
 # The client: the connects of the description, each checked as TCP would
 # answer; its pid on the fifo, then one more connect to the plain port
 # once told that a ferry server holds it.
