@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../tools/perf.h"
+#include "perf.h"
 
 static void pp_usage(void)
 {

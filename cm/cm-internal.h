@@ -48,7 +48,7 @@
 
 #include <ferry/cm.h>
 
-#include "ferry-internal.h"
+#include "core-export.h"
 
 struct event_base;
 struct cm_id_priv;

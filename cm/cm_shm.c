@@ -21,7 +21,7 @@
  * "Port ownership", says what is left to a squatter.
  *
  * Handshake, over the accepted socket (CM messages in cm_msg.h, the QP
- * exchange's in lib/prov/shm_conn.c):
+ * exchange's in prov/shm/shm_conn.c):
  *
  *   client (the caller, then CM thread)   listener (CM thread, then the user)
  *   CONNECT_REQ, HELLO  -------------->  new id, CONNECT_REQUEST event;

@@ -17,7 +17,7 @@
  * thread, shm_cm_accept_begin), then in the caller's thread our side of
  * the QP exchange and takes what of the client's side is there; the rest
  * runs in the CM thread as the client's messages arrive (the id's watch,
- * EV_READ), each step non-blocking (lib/prov/shm_conn.c).  Complete, it
+ * EV_READ), each step non-blocking (prov/shm/shm_conn.c).  Complete, it
  * moves the QP to RTS and reports ESTABLISHED; a client that stalls,
  * sends garbage or hangs up gets CONNECT_ERROR on its id, by
  * SHM_CM_HANDSHAKE_MS at the latest, and delays nobody else: every other

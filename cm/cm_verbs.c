@@ -47,7 +47,7 @@
 #include <event2/event.h>
 
 #include "cm-internal.h"
-#include "prov/verbs-internal.h"
+#include "verbs-internal.h"
 
 /* How long reaches() lets rdma_cm look for a route to a destination. */
 #define VCM_REACH_TIMEOUT_MS 500

@@ -105,7 +105,7 @@ static int fp_acceptor_start(void)
 
 /*
  * fork (fork.c): the acceptor visits listeners holding fp_acc.lock, and
- * their cm_lock and lib/sock's locks inside, so fork() holds it across:
+ * their cm_lock and sock/'s locks inside, so fork() holds it across:
  * taken before any pthread_atfork handler runs, which keeps the order the
  * acceptor itself takes them in (this lock first).
  */

@@ -31,7 +31,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "ferry-internal.h"
+#include "core-export.h"
 #include "conf.h"
 
 #define FP_CONF_LINE_MAX	1024	/* longer lines are reported and skipped */

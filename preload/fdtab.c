@@ -1,7 +1,7 @@
 /*
  * fdtab.c - the fds the shim manages (see preload.h).
  *
- * Two levels of atomic pointers indexed by fd, as lib/sock's own table:
+ * Two levels of atomic pointers indexed by fd, as sock/'s own table:
  * a lookup is two loads, no lock and no system call, which matters since
  * every read() and write() of the program asks.
  */

@@ -7,7 +7,7 @@
  * by all the processes descended from the one that made it: fork() adds
  * one to every socket's count, close() takes one, and only the close that
  * takes the last one ends the connection in order; the others let go of
- * their own copy (lib/sock's sock_forget).  A process that exits without
+ * their own copy (sock/'s sock_forget).  A process that exits without
  * closing ends its connections the same way from a destructor.
  *
  * Listeners.  A ferry listener's CM state belongs to the process that made
@@ -197,7 +197,7 @@ static void fp_fork_child_listener(int fd, struct fp_fd *e, void *arg)
 /*
  * A connection both processes hold is driven by whichever uses it; its
  * state beyond the shared rings is each process's own copy, so two
- * processes must not both drive it.  The keepalive service of lib/sock
+ * processes must not both drive it.  The keepalive service of sock/
  * would, unasked (it takes completions for idle sockets): the socket
  * leaves its list before the fork, in both processes.
  */

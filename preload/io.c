@@ -1,6 +1,6 @@
 /*
  * io.c - the data calls: read, write, send, recv and their vector,
- * message and file variants.  A ferry socket's go to lib/sock; every other
+ * message and file variants.  A ferry socket's go to sock/; every other
  * fd's straight to libc.
  */
 #ifdef HAVE_CONFIG_H
@@ -17,7 +17,7 @@
 #include "preload.h"
 #include "sock-internal.h"
 
-/* The ferry socket @fd names, as lib/sock's number, or -1. */
+/* The ferry socket @fd names, as sock/'s number, or -1. */
 static inline int fp_ferry(int fd)
 {
 	struct fp_fd *e;
@@ -30,7 +30,7 @@ static inline int fp_ferry(int fd)
 
 /*
  * Flags a TCP socket takes without effect on a stream ferry carries, which
- * programs pass anyway: dropped here rather than refused by lib/sock.
+ * programs pass anyway: dropped here rather than refused by sock/.
  */
 #define FP_SEND_IGNORED (MSG_CONFIRM)
 #define FP_RECV_IGNORED (MSG_CMSG_CLOEXEC | MSG_NOSIGNAL)

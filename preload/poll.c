@@ -2,7 +2,7 @@
  * poll.c - readiness of the shim's fds, and poll, ppoll, select, pselect
  * over any mix of them and kernel fds.
  *
- * A ferry socket's readiness comes from its ring state (lib/sock's
+ * A ferry socket's readiness comes from its ring state (sock/'s
  * sock_revents, after taking its completions), never from its fd: the fd
  * only wakes a sleeper.  A listener's is the union of its kernel queue and
  * its ferry listener.  To sleep, fp_poll arms every ferry socket (its next

@@ -12,7 +12,7 @@
 #include <sys/resource.h>
 
 #include "conf.h"
-#include "ferry-internal.h"
+#include "core-export.h"
 #include "preload.h"
 #include "sock-internal.h"
 

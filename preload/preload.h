@@ -7,7 +7,7 @@
  *   FP_TCP     a kernel TCP socket the application made that is neither
  *              connected nor listening yet: connect() and listen() decide
  *              what it becomes.  Every other call passes through.
- *   FP_FERRY   a ferry stream socket (lib/sock).  Its fd number is the
+ *   FP_FERRY   a ferry stream socket (sock/).  Its fd number is the
  *              socket's own epoll fd, moved onto the number the application
  *              knew (dup3 over the kernel socket it replaces).
  *   FP_LISTEN  a kernel TCP listening socket with a ferry listener beside
@@ -44,8 +44,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "ferry-internal.h"
-#include "sock/sock_stat.h"
+#include "core-export.h"
+#include "sock_stat.h"
 
 #define FP_EXPORT __attribute__((visibility("default")))
 
@@ -151,7 +151,7 @@ struct fp_fd {
 	int rdv_fd;
 	int backlog;
 	pid_t ferry_pid;		/* whose ferry listener ferry_fd is (fork.c) */
-	/* FP_FERRY: the number lib/sock knows it by (one of its names), and
+	/* FP_FERRY: the number sock/ knows it by (one of its names), and
 	 * the shared count of processes holding it (fork.c). */
 	int sfd;
 	_Atomic int *refs;

@@ -114,7 +114,7 @@ static void fp_replay_options(int sfd, const struct fp_fd *e)
 {
 	int on = 1, rcvbuf = e->rcvbuf, sndbuf = e->sndbuf;
 
-	/* FERRY_RBUF / FERRY_SBUF (ferry-run --rbuf/--sbuf) reach lib/sock's
+	/* FERRY_RBUF / FERRY_SBUF (ferry-run --rbuf/--sbuf) reach sock/'s
 	 * own defaults; without them, the shim's. */
 	if (!rcvbuf && !getenv("FERRY_RBUF"))
 		rcvbuf = FP_DEF_RING;
@@ -606,7 +606,7 @@ static int fp_release(int fd, struct fp_fd *e)
 	int alias, done = 1;
 
 	if (atomic_fetch_sub(&e->nref, 1) > 1) {
-		/* Other names remain: if lib/sock knows the socket by this one,
+		/* Other names remain: if sock/ knows the socket by this one,
 		 * it moves to another (which closes this one). */
 		if (e->kind == FP_FERRY && fd == e->sfd) {
 			alias = fp_alias(fd, e);
@@ -937,7 +937,7 @@ FP_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	return ret;
 }
 
-/* getpeername and getsockname: a ferry socket's names are lib/sock's. */
+/* getpeername and getsockname: a ferry socket's names are sock/'s. */
 static int fp_name(int fd, struct sockaddr *addr, socklen_t *len,
 		   int (*real)(int, struct sockaddr *, socklen_t *),
 		   int (*ferry)(int, struct sockaddr *, socklen_t *))

@@ -1,7 +1,7 @@
 /*
  * check_arena.c - the shm arena's pools (one per peer process) and the
  * copies of MR tables and notify words published in them (issue 13,
- * point 5; lib/prov/shm_arena.c, shm.c):
+ * point 5; prov/shm/shm_arena.c, shm.c):
  *
  *   - a pool per (pid, uid): another uid with the same pid gets another
  *     pool, and a piece given back returns to its own pool only;
@@ -30,7 +30,7 @@
 
 #include "check_suites.h"
 #include "testutil.h"
-#include "prov/shm-internal.h"
+#include "shm-internal.h"
 
 /* Pids no process has (the kernel's limit is 2^22). */
 #define AR_PID		0x7ff00000

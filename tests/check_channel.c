@@ -20,8 +20,8 @@
 
 #include "check_suites.h"
 #include "cmtest.h"
-#include "ferry-internal.h"
-#include "prov/shm-internal.h"
+#include "core-export.h"
+#include "shm-internal.h"
 #include "testutil.h"
 
 static struct tu_end a, b;

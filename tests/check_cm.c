@@ -21,7 +21,7 @@
 #include <check.h>
 
 #include "check_suites.h"
-#include "ferry-internal.h"
+#include "core-export.h"
 #include "cm_shm.h"
 #include "cmtest.h"
 #include "testutil.h"

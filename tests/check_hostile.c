@@ -3,7 +3,7 @@
  *
  * A forked child connects to the test process, behaves for a while, then
  * overwrites its QP's outbound region (the memory the test process reads:
- * see shm_qp_test_region in lib/prov/shm-internal.h) with 0xff bytes,
+ * see shm_qp_test_region in prov/shm/shm-internal.h) with 0xff bytes,
  * random bytes, or plausible-but-wrong counters and ring entries, and keeps
  * doing so while it tries to send.  The test process keeps posting and
  * polling.  It must not crash (Check's fork mode turns a crash into a
@@ -22,7 +22,7 @@
 
 #include "check_suites.h"
 #include "testutil.h"
-#include "prov/shm-internal.h"
+#include "shm-internal.h"
 
 enum hostile_mode {
 	HOSTILE_FF,		/* every byte 0xff */

@@ -33,7 +33,7 @@
 #include "cm_msg.h"
 #include "cm_shm.h"
 #include "cmtest.h"
-#include "sock/sock-internal.h"
+#include "sock-internal.h"
 #include "testutil.h"
 
 /* The socket layer's short connect bound these tests ask for. */
@@ -60,7 +60,7 @@ static socklen_t hcm_name(struct sockaddr_un *un, uint16_t port)
 }
 
 /*
- * Private data a stream listener takes for rsocket's (lib/sock/sock_conn.c):
+ * Private data a stream listener takes for rsocket's (sock/sock_conn.c):
  * version, flags, credits, a target SGL and a buffer, never used.
  */
 static void hcm_rsocket_pdata(struct cm_msg *m)

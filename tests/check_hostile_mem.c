@@ -42,7 +42,7 @@
 
 #include "check_suites.h"
 #include "testutil.h"
-#include "prov/shm-internal.h"
+#include "shm-internal.h"
 
 #define HM_SKIP(name, why) do { \
 	printf("SKIP %s: %s\n", name, why); \

@@ -15,7 +15,7 @@
 
 #include "check_suites.h"
 #include "testutil.h"
-#include "prov/shm-internal.h"
+#include "shm-internal.h"
 
 START_TEST(test_device_list)
 {

@@ -16,7 +16,7 @@
 #include <check.h>
 
 #include "check_suites.h"
-#include "ferry-internal.h"
+#include "core-export.h"
 #include "testutil.h"
 
 static struct tu_end a, b;

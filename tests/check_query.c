@@ -21,7 +21,7 @@
 
 #include "check_suites.h"
 #include "testutil.h"
-#include "../lib/prov/shm-internal.h"
+#include "shm-internal.h"
 
 static struct ferry_context *qt_open(void)
 {

@@ -15,9 +15,9 @@
 #include <check.h>
 
 #include "check_suites.h"
-#include "ferry-internal.h"
+#include "core-export.h"
 #include "testutil.h"
-#include "prov/shm-internal.h"
+#include "shm-internal.h"
 
 static struct tu_end a, b;
 

@@ -1,5 +1,5 @@
 /*
- * check_sock.c - ferry's stream sockets (lib/sock): both ends in one
+ * check_sock.c - ferry's stream sockets (sock/): both ends in one
  * process (threads) or across fork, bounded waits only.
  *
  * They run over the transport FERRY_TRANSPORT names (shm by default) at
@@ -37,8 +37,8 @@
 
 #include "check_suites.h"
 #include "cmtest.h"
-#include "prov/shm-internal.h"
-#include "sock/sock-internal.h"
+#include "shm-internal.h"
+#include "sock-internal.h"
 #include "testutil.h"
 
 /* Any wait for the peer: reaching it means a hang, not slowness. */

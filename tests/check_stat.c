@@ -1,5 +1,5 @@
 /*
- * check_stat.c - the statistics segment (lib/sock/sock_stat.c) and its
+ * check_stat.c - the statistics segment (sock/sock_stat.c) and its
  * reader (tools/stat_scan.c, ferry-stat): rows of two processes with known
  * byte counts, state changes to the end of a connection, the ferry-stat
  * binary's table and JSON, hostile segments, torn reads, fork and exec,
@@ -26,7 +26,7 @@
 
 #include <ferry/socket.h>
 
-#include "sock/sock-internal.h"
+#include "sock-internal.h"
 #include "stat_scan.h"
 #include "testutil.h"
 #include "check_suites.h"

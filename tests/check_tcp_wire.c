@@ -1,5 +1,5 @@
 /*
- * check_tcp_wire.c - the tcp transport's wire codec (lib/prov/tcp_wire*.c)
+ * check_tcp_wire.c - the tcp transport's wire codec (prov/tcp/tcp_wire*.c)
  * against bytes worked out by hand and from the RFCs: CRC32c vectors (RFC
  * 3720 B.4), siw's MPA Request, a Send and a Write RTR FPDU; then round
  * trips, every rejection each decoder has, the receive parser fed one
@@ -14,7 +14,7 @@
 #include <check.h>
 
 #include "check_suites.h"
-#include "prov/tcp_wire.h"
+#include "tcp_wire.h"
 
 /* ---- CRC32c ----------------------------------------------------------- */
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_shm_msg.c - libFuzzer target over the checks of the shm exchange's
- * messages (lib/prov/shm_msg.c: HELLO, REGION, BLOCK, TABLE, READY), built
+ * messages (prov/shm/shm_msg.c: HELLO, REGION, BLOCK, TABLE, READY), built
  * and run by `make fuzz` beside the CM's parser target.
  *
  * Input: one byte of descriptor count and one of the types wanted, then

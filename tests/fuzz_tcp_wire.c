@@ -1,6 +1,6 @@
 /*
  * fuzz_tcp_wire.c - libFuzzer target over the tcp transport's wire codec
- * (lib/prov/tcp_wire_*.c): the MPA frame parser and its negotiation, and
+ * (prov/tcp/tcp_wire_*.c): the MPA frame parser and its negotiation, and
  * the FPDU receive parser with the DDP/RDMAP decoder and the reassembly
  * check behind it, as a receive path will chain them.  Built and run by
  * `make fuzz` beside the CM's and shm's targets; seeds from
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prov/tcp_wire.h"
+#include "tcp_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

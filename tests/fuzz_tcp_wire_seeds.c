@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "prov/tcp_wire.h"
+#include "tcp_wire.h"
 
 static int seed(const char *dir, const char *name, const uint8_t *head, size_t head_len,
 		const uint8_t *body, size_t len)

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prov/tcp_wire.h"
+#include "tcp_wire.h"
 
 #define TCP_ACK 0x10
 #define TCP_PSH 0x08

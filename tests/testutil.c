@@ -18,7 +18,7 @@
 
 #include <check.h>
 
-#include "ferry-internal.h"
+#include "core-export.h"
 #include "testutil.h"
 
 bool tu_under_valgrind(void)

@@ -1,7 +1,7 @@
 /*
  * stat_scan.h - ferry-stat's reader: find the statistics segments of the
  * processes in this network namespace and take consistent, checked
- * copies of their sockets' slots (lib/sock/sock_stat.h).
+ * copies of their sockets' slots (sock/export/sock_stat.h).
  */
 #ifndef FERRY_STAT_SCAN_H
 #define FERRY_STAT_SCAN_H
@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "sock/sock_stat.h"
+#include "sock_stat.h"
 
 /* One socket, as read. */
 struct stat_row {

@@ -19,7 +19,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "ferry-internal.h"
+#include "core-export.h"
 
 /* Longest line written; longer messages are cut and end in "...". */
 #define LOG_LINE_MAX 1024

@@ -5,7 +5,7 @@
  * can check without a provider (NULL objects, unknown flag bits, out-of-range
  * enums) and then calls the provider that owns the object, found through
  * obj->context->provider.  Providers therefore never see NULL objects or
- * enums out of range (ferry-internal.h promises them that).
+ * enums out of range (core-export.h promises them that).
  *
  * The core also keeps what libibverbs keeps in its own core rather than in
  * its providers: cq->cq_context, and the count of CQs bound to a completion
@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ferry-internal.h"
+#include "core-export.h"
 
 /* Every bit of enum ferry_access_flags. */
 #define CORE_ACCESS_ALL (FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE | \

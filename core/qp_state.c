@@ -21,7 +21,7 @@
 #include <errno.h>
 #include <stdbool.h>
 
-#include "ferry-internal.h"
+#include "core-export.h"
 
 /* One (current, next) cell of the table. */
 struct qp_transition {

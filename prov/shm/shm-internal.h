@@ -56,7 +56,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "ferry-internal.h"
+#include "core-export.h"
 #include "lock.h"
 
 #define SHM_MAGIC		0x46525931u	/* "FRY1" */

@@ -1,5 +1,5 @@
 /*
- * ferry-internal.h - what the core objects and the providers share.
+ * core-export.h - what the core objects and the providers share.
  *
  * The public objects (struct ferry_pd, ferry_cq, ...) are embedded as the
  * first member of each provider's private struct; container_of gets back.

@@ -1,6 +1,6 @@
 /*
  * sock-internal.h - ferry's stream sockets: the state of one socket and
- * what the files of lib/sock share.
+ * what the files of sock/ share.
  *
  * A connection is one RC QP set up through the CM (port space TCP), with
  * rsocket's protocol version 1 on top (../shared/PROTOCOLS.md section 1):
@@ -83,7 +83,7 @@
 #include <ferry/socket.h>
 #include <ferry/verbs.h>
 
-#include "ferry-internal.h"
+#include "core-export.h"
 #include "sock_stat.h"
 
 /* --- protocol (rsocket v1) --- */
@@ -395,7 +395,7 @@ int sock_renumber(int from, int to);
 int sock_listen_held(int fd, int backlog, int tcp_fd);
 /*
  * Listeners shared by fork (ferry_cm_listen_share and the rest, in
- * lib/ferry-internal.h): sock_listen_adopt listens as sock_listen_held,
+ * core/export/core-export.h): sock_listen_adopt listens as sock_listen_held,
  * on @rdv_fd, an inherited rendezvous it takes (closed on failure);
  * sock_listen_share stops the listener taking connections unasked;
  * sock_listen_take takes one waiting connection for its ready queue

@@ -32,7 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ferry-internal.h"
+#include "core-export.h"
 
 /* A span of a block shared with peers: see ferry_block_share. */
 struct ferry_window {

@@ -28,7 +28,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-#include "ferry-internal.h"
+#include "core-export.h"
 
 /* WRs translated on the stack per ibv_post_* call: longer chains go in batches. */
 #define VERBS_WR_BATCH			16
