@@ -41,13 +41,9 @@ void sock_iomap_take(struct ferry_sock *s, uint32_t index)
 
 	if (index >= s->target_iomap_size || !s->peer_iomap)
 		return;
+	/* In our byte order already: the writer swaps (sock_iomap_post, as
+	 * rsocket does), so swapping here too would undo it. */
 	memcpy(&e, (const void *)&s->target_iomap[index], sizeof(e));
-	if (s->peer_swap) {
-		e.offset = __builtin_bswap64(e.offset);
-		e.sge.addr = __builtin_bswap64(e.sge.addr);
-		e.sge.key = __builtin_bswap32(e.sge.key);
-		e.sge.length = __builtin_bswap32(e.sge.length);
-	}
 	if (e.offset + e.sge.length < e.offset)
 		e.sge.length = 0;	/* wraps: unusable */
 	s->peer_iomap[index] = e;
