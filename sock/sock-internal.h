@@ -3,7 +3,7 @@
  * what the files of sock/ share.
  *
  * A connection is one RC QP set up through the CM (port space TCP), with
- * rsocket's protocol version 1 on top (../shared/PROTOCOLS.md section 1):
+ * rsocket's protocol version 1 on top (docs/wire.md, section 1):
  * every message is an RDMA WRITE WITH IMM, receives are posted without SGEs
  * only to take the immediate, and the receive ring is published to the peer
  * half by half through the target SGL the peer writes into.

@@ -127,7 +127,7 @@ static void sock_conn_park(struct ferry_sock *s)
 	s->chan_in_epoll = false;
 }
 
-/* --- private data (PROTOCOLS.md 1: 40 bytes, big-endian) --- */
+/* --- private data (docs/wire.md, "Connect data": 40 bytes, big-endian) --- */
 
 static void rs_put_sge(uint8_t *p, uint64_t addr, uint32_t key, uint32_t length)
 {

@@ -4,7 +4,7 @@
  * resources and progress (ping_conn.c), and the two roles (ping_client.c,
  * ping_server.c).
  *
- * The protocol is rping's (librdmacm examples; PROTOCOLS.md section 2), so
+ * The protocol is rping's (librdmacm examples; man/ferry-ping.1), so
  * that ferry-ping and rping talk to each other over the verbs transport:
  *
  *   client                               server
