@@ -29,8 +29,8 @@ pass() { passed=$((passed + 1)); echo "PASS: $*"; }
 fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
 skip() { skipped=$((skipped + 1)); echo "SKIP: $*"; }
 
-if ! ibv_devices 2>/dev/null | grep -q rxe; then
-	echo "check-rxe: SKIP: no rxe device here (run me through tests/rxe/rxe-vm.sh)"
+if ! ibv_devices 2>/dev/null | grep -qE 'rxe|siw'; then
+	echo "check-rxe: SKIP: no rxe or siw device here (run me through tests/rxe/rxe-vm.sh)"
 	exit 77
 fi
 ip=$(ip -4 -o addr show dev eth0 2>/dev/null | sed -n 's/.* inet \([0-9.]*\).*/\1/p' | head -n 1)

@@ -3,8 +3,14 @@
 # stack: the Debian kernel's Soft-RoCE driver (rdma_rxe) on the VM's NIC, the
 # kernel's rdma_cm, and this machine's own rdma-core user space.
 #
-#   tests/rxe/rxe-vm.sh [--rw DIR]... [--mem MB] [--smp N] [--timeout S]
+#   tests/rxe/rxe-vm.sh [--siw] [--rw DIR]... [--mem MB] [--smp N] [--timeout S]
 #                       [--prepare] -- COMMAND [ARG...]
+#
+# --siw: the VM's device is siw0, the kernel's SoftiWARP (iWARP over the
+# VM's own TCP), instead of rxe0.  Debian does not build that driver, so the
+# first --siw run compiles it from Debian's kernel source for the VM's
+# kernel (packages linux-source-6.1 and linux-headers-<that kernel>; a skip
+# naming them when missing) and keeps the module in the cache below.
 #
 # The guest mounts this machine's root file system read-only over 9p, so the
 # same paths, binaries and libraries work inside; it gets a private /tmp,
@@ -30,7 +36,7 @@
 set -euo pipefail
 
 prog=rxe-vm
-mem=2048 smp=2 timeout=600 prepare_only=0
+mem=2048 smp=2 timeout=600 prepare_only=0 siw=0
 rw_dirs=()
 
 skip() { echo "$prog: SKIP: $*" >&2; exit 77; }
@@ -38,13 +44,14 @@ die() { echo "$prog: $*" >&2; exit 2; }
 
 while [ $# -gt 0 ]; do
 	case "$1" in
+	--siw) siw=1; shift ;;
 	--rw) rw_dirs+=("$(realpath "$2")"); shift 2 ;;
 	--mem) mem=$2; shift 2 ;;
 	--smp) smp=$2; shift 2 ;;
 	--timeout) timeout=$2; shift 2 ;;
 	--prepare) prepare_only=1; shift ;;
 	--) shift; break ;;
-	-h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) die "unknown option $1 (see --help)" ;;
 	*) break ;;
 	esac
@@ -87,7 +94,8 @@ kernel_package() {
 # --- the initramfs ----------------------------------------------------------
 
 # Modules the guest loads, in order, with what each needs (from modules.dep).
-GUEST_MODULES="crc32_generic crc32c_generic virtio_pci virtio_net 9pnet_virtio 9p ib_uverbs rdma_ucm rdma_rxe"
+# libcrc32c: for siw (--siw), which the initramfs cannot know it needs.
+GUEST_MODULES="crc32_generic crc32c_generic libcrc32c virtio_pci virtio_net 9pnet_virtio 9p ib_uverbs rdma_ucm rdma_rxe"
 
 # copy_module_closure MODDIR DEST NAME: copy NAME's .ko and its dependencies.
 copy_module_closure() {
@@ -183,6 +191,36 @@ prepare_kernel() {
 	echo "$kdir"
 }
 
+# siw_module CACHE KDIR: the siw driver for the VM's kernel (KDIR names its
+# version), built once out of tree from the kernel source Debian ships as a
+# tarball, against that kernel's headers package; prints the .ko's path.
+siw_module() {
+	local cache=$1 ver tarball series b ko
+	ver=$(basename "$2")
+	ver=${ver%-*}			# drop the initramfs digest
+	ko=$cache/siw-$ver.ko
+	[ -s "$ko" ] && { echo "$ko"; return; }
+	series=$(echo "$ver" | cut -d. -f1,2)
+	tarball=/usr/src/linux-source-$series.tar.xz
+	[ -f "$tarball" ] || skip "--siw needs the kernel source: apt-get install linux-source-$series"
+	[ -d "/usr/src/linux-headers-$ver" ] ||
+		skip "--siw needs the VM kernel's headers: apt-get install linux-headers-$ver"
+	echo "$prog: compiling siw for $ver from $tarball (once)" >&2
+	b=$(mktemp -d "$cache/siw.XXXXXX")
+	tar -xJf "$tarball" -C "$b" "linux-source-$series/drivers/infiniband/sw/siw" ||
+		{ rm -rf "$b"; die "cannot unpack siw's source from $tarball"; }
+	if ! make -s -C "/usr/src/linux-headers-$ver" \
+		M="$b/linux-source-$series/drivers/infiniband/sw/siw" CONFIG_RDMA_SIW=m modules \
+		> "$b/build.log" 2>&1; then
+		tail -n 20 "$b/build.log" >&2
+		rm -rf "$b"
+		die "compiling siw failed"
+	fi
+	cp "$b/linux-source-$series/drivers/infiniband/sw/siw/siw.ko" "$ko.part" && mv "$ko.part" "$ko"
+	rm -rf "$b"
+	echo "$ko"
+}
+
 # Software emulation unless FERRY_RXE_ACCEL=kvm: on nested hosts KVM may
 # initialise and then hang the guest kernel early in boot, which costs the
 # whole timeout, while TCG boots in about 30 s.
@@ -198,6 +236,8 @@ pick_accel() {
 check_tools
 cache=$(pick_cache_dir)
 kdir=$(prepare_kernel "$cache")
+siwko=
+[ $siw = 1 ] && siwko=$(siw_module "$cache" "$kdir")
 [ $prepare_only = 1 ] && { echo "$prog: kernel ready in $kdir" >&2; exit 0; }
 
 ctl=$(mktemp -d /tmp/rxe-vm.XXXXXX)
@@ -215,7 +255,13 @@ printf '%s\n' "${rw_dirs[@]+"${rw_dirs[@]}"}" > "$ctl/rw.list"
 	env | { grep -E '^(FERRY|CK|RXE)_[A-Za-z0-9_]*=' || true; } |
 		while IFS= read -r kv; do printf 'export %q\n' "$kv"; done
 	printf 'cd %q || exit 2\n' "$PWD"
-	echo 'rdma link add rxe0 type rxe netdev eth0 || { echo "rxe-vm guest: cannot add rxe0"; exit 3; }'
+	if [ -n "$siwko" ]; then
+		# The module is on the host's disk, which the job sees as its root.
+		printf 'insmod %q || { echo "rxe-vm guest: cannot load siw"; exit 3; }\n' "$siwko"
+		echo 'rdma link add siw0 type siw netdev eth0 || { echo "rxe-vm guest: cannot add siw0"; exit 3; }'
+	else
+		echo 'rdma link add rxe0 type rxe netdev eth0 || { echo "rxe-vm guest: cannot add rxe0"; exit 3; }'
+	fi
 	printf '%q ' "$@"
 	echo
 } > "$ctl/job.sh"
