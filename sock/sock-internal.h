@@ -83,6 +83,7 @@
 #include <ferry/socket.h>
 #include <ferry/verbs.h>
 
+#include "cm-export.h"
 #include "core-export.h"
 #include "sock_stat.h"
 
