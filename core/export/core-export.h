@@ -25,13 +25,66 @@
 	((type *)((char *)(ptr) - offsetof(type, member)))
 #endif
 
+#define likely(x)   __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/*
+ * --- what the preload shim uses of core ---
+ * The shim's one door into ferry is the socket layer: it cannot see this
+ * header, so sock/export/sock-export.h declares the same, word for word,
+ * between the same guard, and whichever of the two comes first in a file
+ * declares them (tests/check_layers.sh checks that the copies agree).
+ */
+#ifndef FERRY_CORE_SHIM_DECLS
+#define FERRY_CORE_SHIM_DECLS
+
 #define FERRY_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Set errno and return -1: the socket-style error convention. */
 #define ERR(e) (errno = (e), -1)
 
-#define likely(x)   __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
+/* log.c */
+
+enum ferry_log_level {
+	FERRY_LOG_ERROR,
+	FERRY_LOG_WARN,
+	FERRY_LOG_INFO,
+	FERRY_LOG_DEBUG,
+};
+
+/* Level from FERRY_LOG (error|warn|info|debug), read once; default warn. */
+enum ferry_log_level ferry_log_level(void);
+void ferry_log(enum ferry_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#define ferry_err(...)   ferry_log(FERRY_LOG_ERROR, __VA_ARGS__)
+#define ferry_warn(...)  ferry_log(FERRY_LOG_WARN, __VA_ARGS__)
+#define ferry_info(...)  ferry_log(FERRY_LOG_INFO, __VA_ARGS__)
+#define ferry_debug(...) \
+	do { if (ferry_log_level() >= FERRY_LOG_DEBUG) \
+		ferry_log(FERRY_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/*
+ * ferry_own_thread - true in ferry's own threads (the CM's, the shm
+ * monitor, keepalives).  The preload shim passes their system calls to
+ * the kernel untouched, even on a descriptor the program knows: a stream
+ * socket whose number is its connection's socket
+ * (ferry_comp_channel_on_conn) is shut down, watched and written to by
+ * them, never as the program's socket.
+ */
+extern __thread bool ferry_own_thread;
+
+/*
+ * ferry_fork_child - call in a child of fork() that goes on using
+ * connections it inherited (the preload shim does): the providers restart
+ * what watched them in the parent (shm: hang-up of the peers).
+ */
+void ferry_fork_child(void);
+
+/* The floor of the descriptors ferry keeps for itself (ferry_fd_park). */
+extern int ferry_fd_park_base;
+
+#endif /* FERRY_CORE_SHIM_DECLS */
 
 struct ferry_provider;
 
@@ -165,27 +218,6 @@ bool ferry_qp_transition_ok(enum ferry_qp_state cur, enum ferry_qp_state next,
  */
 bool ferry_qp_next_state(enum ferry_qp_state cur, const struct ferry_qp_attr *attr,
 			 int mask, enum ferry_qp_state *next_p);
-
-/* --- log.c --- */
-
-enum ferry_log_level {
-	FERRY_LOG_ERROR,
-	FERRY_LOG_WARN,
-	FERRY_LOG_INFO,
-	FERRY_LOG_DEBUG,
-};
-
-/* Level from FERRY_LOG (error|warn|info|debug), read once; default warn. */
-enum ferry_log_level ferry_log_level(void);
-void ferry_log(enum ferry_log_level level, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-#define ferry_err(...)   ferry_log(FERRY_LOG_ERROR, __VA_ARGS__)
-#define ferry_warn(...)  ferry_log(FERRY_LOG_WARN, __VA_ARGS__)
-#define ferry_info(...)  ferry_log(FERRY_LOG_INFO, __VA_ARGS__)
-#define ferry_debug(...) \
-	do { if (ferry_log_level() >= FERRY_LOG_DEBUG) \
-		ferry_log(FERRY_LOG_DEBUG, __VA_ARGS__); } while (0)
 
 /* --- alloc.c: ferry_alloc blocks (memfd-backed, shareable) --- */
 
@@ -397,23 +429,6 @@ pid_t ferry_pid(void);
 			       name##_fork_after);				\
 	}
 /*
- * ferry_own_thread - true in ferry's own threads (the CM's, the shm
- * monitor, keepalives).  The preload shim passes their system calls to
- * the kernel untouched, even on a descriptor the program knows: a stream
- * socket whose number is its connection's socket
- * (ferry_comp_channel_on_conn) is shut down, watched and written to by
- * them, never as the program's socket.
- */
-extern __thread bool ferry_own_thread;
-
-/*
- * ferry_fork_child - call in a child of fork() that goes on using
- * connections it inherited (the preload shim does): the providers restart
- * what watched them in the parent (shm: hang-up of the peers).
- */
-void ferry_fork_child(void);
-
-/*
  * ferry_fd_park - move @fd, one ferry keeps for itself, up to
  * ferry_fd_park_base or above (close-on-exec), when that is set; returns
  * the fd to use (@fd itself when unset, negative or no room).  The preload
@@ -422,7 +437,7 @@ void ferry_fork_child(void);
  * select(2) can reach).  ferry_fd_dup: a close-on-exec duplicate of @fd,
  * parked the same way when there is room.
  */
-extern int ferry_fd_park_base;
+/* ferry_fd_park_base: with the declarations the shim uses, above. */
 int ferry_fd_park(int fd);
 int ferry_fd_dup(int fd);
 /*
