@@ -3,12 +3,15 @@
 # headers, its own layer's headers and the export/ header of a layer below
 # it, and anything else fails to compile.
 #
-# Two checks.  (1) No source file of a layer names a header by a path
+# Four checks.  (1) No source file of a layer names a header by a path
 # ("../cm/cm-internal.h", "sock/x.h"): a quoted include is a bare name,
 # found through the layer's include paths or not at all.  (2) With each
 # layer's own include paths (asked of the Makefile, print-layer-flags), the
 # preprocessor is handed an include of every private header of the tree;
 # it must find exactly the ones the rule allows and fail on every other.
+# (3) The probe can see a crossing: the shim's paths plus sock/ do find
+# sock-internal.h.  (4) The declarations of core's that the shim uses,
+# copied into sock-export.h (the shim's one door), match core-export.h's.
 # The tests (white-box) and the benchmarks are outside the rule.
 set -uo pipefail
 top=${srcdir:-.}
