@@ -6,8 +6,12 @@
  * Everything is on a socket's number, as the public calls are; no struct
  * of the socket layer crosses, and nothing of its locks.  Where the shim
  * used to look a socket up and then read it or call on it, one call here
- * does both, so the paths of poll(2) and epoll_wait(2) make no more calls
- * than they did (some fewer), and send and receive are the public calls.
+ * does both.  Costs: the look poll(2) and epoll_wait(2) take at each socket
+ * (sock_revents_fd) makes the calls it made, the lookup and the look's own
+ * (its body is inlined); send and receive are the public calls.  The calls
+ * made around a sleep (prepare, done, arm, drain), which sit next to a
+ * system call, and a listener's ready look run one direct call deeper than
+ * the shim's own reads did (a nanosecond or two).
  * A number that names no ferry socket fails as sock/'s lookup does: -1
  * with EBADF (not open) or ENOTSOCK (not a ferry socket), unless said.
  *
@@ -192,7 +196,8 @@ void sock_shim_disarm(int fd);
 bool sock_shim_listen_visit(int fd);
 int sock_shim_listen_ready(int fd);
 
-/* SIOCOUTQ: bytes written to socket @fd and not yet taken by the peer. */
+/* SIOCOUTQ: bytes written to socket @fd and not yet taken by the peer;
+ * -1 with EBADF for any number that is no socket, EFAULT for no @bytes_p. */
 int sock_shim_outq(int fd, int *bytes_p);
 /* What a TCP_INFO of socket @fd is made of (sock_shim_tcp_view). */
 struct sock_shim_tcp {
