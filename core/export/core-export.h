@@ -25,9 +25,6 @@
 	((type *)((char *)(ptr) - offsetof(type, member)))
 #endif
 
-#define likely(x)   __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
-
 /*
  * --- what the preload shim uses of core ---
  * The shim's one door into ferry is the socket layer: it cannot see this
@@ -85,6 +82,9 @@ void ferry_fork_child(void);
 extern int ferry_fd_park_base;
 
 #endif /* FERRY_CORE_SHIM_DECLS */
+
+#define likely(x)   __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
 
 struct ferry_provider;
 
