@@ -48,6 +48,7 @@
 
 #include <ferry/cm.h>
 
+#include "cm-export.h"
 #include "core-export.h"
 
 struct event_base;

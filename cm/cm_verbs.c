@@ -45,9 +45,11 @@
 #include <time.h>
 
 #include <event2/event.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 #include "cm-internal.h"
-#include "verbs-internal.h"
+#include "verbs-export.h"
 
 /* How long reaches() lets rdma_cm look for a route to a destination. */
 #define VCM_REACH_TIMEOUT_MS 500

@@ -28,7 +28,6 @@
 #include <unistd.h>
 
 #include "preload.h"
-#include "sock-internal.h"
 
 static struct {
 	pthread_mutex_t lock;		/* the listener set, and each visit */
@@ -39,17 +38,9 @@ static struct {
 /* Take @e's CM events; raise its eventfd if connections are ready. */
 static void fp_acceptor_visit(struct fp_fd *e)
 {
-	struct ferry_sock *s = sock_get(e->ferry_fd);
-	bool ready;
 	uint64_t one = 1;
 
-	if (!s)
-		return;
-	pthread_mutex_lock(&s->cm_lock);
-	sock_conn_process(s);
-	ready = s->ready != NULL;
-	pthread_mutex_unlock(&s->cm_lock);
-	if (ready && !atomic_exchange(&e->efd_raised, true))
+	if (sock_shim_listen_visit(e->ferry_fd) && !atomic_exchange(&e->efd_raised, true))
 		(void)!fp_real.write(e->ready_efd, &one, sizeof(one));
 }
 
@@ -122,8 +113,7 @@ void fp_acceptor_fork_unlock(void)
 int fp_acceptor_add(struct fp_fd *e)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = e };
-	struct ferry_sock *s;
-	int ret = -1, efd;
+	int ret = -1, efd, wfd;
 
 	efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (efd < 0)
@@ -131,9 +121,9 @@ int fp_acceptor_add(struct fp_fd *e)
 	e->ready_efd = fp_hide_fd(efd);
 	pthread_mutex_lock(&fp_acc.lock);
 	FP_ENTER();
-	s = sock_get(e->ferry_fd);
-	if (s && fp_acceptor_start() == 0)
-		ret = fp_real.epoll_ctl(fp_acc.epfd, EPOLL_CTL_ADD, s->fd, &ev);
+	wfd = sock_shim_wait_fd(e->ferry_fd);
+	if (wfd >= 0 && fp_acceptor_start() == 0)
+		ret = fp_real.epoll_ctl(fp_acc.epfd, EPOLL_CTL_ADD, wfd, &ev);
 	FP_LEAVE();
 	pthread_mutex_unlock(&fp_acc.lock);
 	if (ret < 0) {
@@ -145,15 +135,15 @@ int fp_acceptor_add(struct fp_fd *e)
 
 void fp_acceptor_del(struct fp_fd *e)
 {
-	struct ferry_sock *s;
+	int wfd;
 
 	if (e->ready_efd < 0)
 		return;
 	pthread_mutex_lock(&fp_acc.lock);
 	FP_ENTER();
-	s = sock_get(e->ferry_fd);
-	if (s && fp_acc.pid == getpid())
-		fp_real.epoll_ctl(fp_acc.epfd, EPOLL_CTL_DEL, s->fd, NULL);
+	wfd = sock_shim_wait_fd(e->ferry_fd);
+	if (wfd >= 0 && fp_acc.pid == getpid())
+		fp_real.epoll_ctl(fp_acc.epfd, EPOLL_CTL_DEL, wfd, NULL);
 	FP_LEAVE();
 	pthread_mutex_unlock(&fp_acc.lock);
 	fp_real.close(e->ready_efd);
@@ -162,15 +152,16 @@ void fp_acceptor_del(struct fp_fd *e)
 
 bool fp_acceptor_ready(struct fp_fd *e)
 {
-	struct ferry_sock *s = sock_get(e->ferry_fd);
+	int ready = sock_shim_listen_ready(e->ferry_fd);
 	uint64_t v;
 
-	if (!s)
+	if (ready != 0)
+		return ready > 0;
+	/* Empty: reset the hint if it was raised, then look again, for a
+	 * connection queued since the look raised the hint just reset.  A
+	 * hint not raised was not consumed: the look stands. */
+	if (!atomic_exchange(&e->efd_raised, false))
 		return false;
-	if (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE))
-		return true;
-	/* Empty: reset the hint (if it was raised), then look again. */
-	if (atomic_exchange(&e->efd_raised, false))
-		(void)!fp_real.read(e->ready_efd, &v, sizeof(v));
-	return __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != NULL;
+	(void)!fp_real.read(e->ready_efd, &v, sizeof(v));
+	return sock_shim_listen_ready(e->ferry_fd) > 0;
 }

@@ -31,8 +31,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "core-export.h"
 #include "conf.h"
+#include "sock-export.h"
 
 #define FP_CONF_LINE_MAX	1024	/* longer lines are reported and skipped */
 #define FP_CONF_TOKENS_MAX	12

@@ -30,7 +30,6 @@
 #include <unistd.h>
 
 #include "preload.h"
-#include "sock-internal.h"
 
 #define FP_EP_SPIN_ITEMS 64	/* spin over every item only in sets this small */
 
@@ -146,14 +145,13 @@ FP_EXPORT int epoll_create(int size)
 
 static int fp_ep_wake_fds(struct fp_ep_item *it, int wfd[FP_WAKE_MAX])
 {
-	struct ferry_sock *s;
-	int n = 0;
+	int n = 0, fd;
 
 	FP_ENTER();
 	if (it->e->kind == FP_FERRY) {
-		s = sock_get(it->e->sfd);
-		if (s)
-			wfd[n++] = s->fd;
+		fd = sock_shim_wait_fd(it->e->sfd);
+		if (fd >= 0)
+			wfd[n++] = fd;
 	} else {
 		wfd[n++] = it->fd;
 		wfd[n++] = it->e->ready_efd;
@@ -329,17 +327,11 @@ FP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 /* Arm @it so that its next change raises its wake fd. */
 static void fp_ep_arm(struct fp_ep_item *it)
 {
-	struct ferry_sock *s;
-
 	it->armed = true;
 	if (it->e->kind != FP_FERRY)
 		return;	/* a listener's fds are raised without arming */
 	FP_ENTER();
-	s = sock_get(it->e->sfd);
-	if (s) {
-		it->gen = atomic_load(&s->drain_gen);
-		sock_wait_arm(s);
-	}
+	sock_shim_arm(it->e->sfd, &it->gen);
 	FP_LEAVE();
 }
 
@@ -347,13 +339,11 @@ static void fp_ep_arm(struct fp_ep_item *it)
  * same socket may have drained the event the arm was waiting for. */
 static bool fp_ep_still_armed(struct fp_ep_item *it)
 {
-	struct ferry_sock *s;
 	bool armed = it->armed;
 
 	if (armed && it->e->kind == FP_FERRY) {
 		FP_ENTER();
-		s = sock_get(it->e->sfd);
-		armed = s && atomic_load(&s->drain_gen) == it->gen;
+		armed = sock_shim_armed_since(it->e->sfd, it->gen);
 		FP_LEAVE();
 	}
 	return armed;
@@ -441,16 +431,13 @@ static int fp_ep_collect(struct fp_ep *ep, struct epoll_event *out, int max, boo
 static void fp_ep_disarm_all(struct fp_ep *ep)
 {
 	struct fp_ep_item *it;
-	struct ferry_sock *s;
 
 	FP_ENTER();
 	for (it = ep->items; it; it = it->next) {
 		if (!it->armed || it->deleted || it->e->kind != FP_FERRY)
 			continue;
 		it->armed = false;
-		s = sock_get(it->e->sfd);
-		if (s)
-			sock_wait_disarm(s);
+		sock_shim_disarm(it->e->sfd);
 	}
 	FP_LEAVE();
 }
@@ -458,7 +445,6 @@ static void fp_ep_disarm_all(struct fp_ep *ep)
 /* The hidden set fired: drain the wake fds and mark their items. */
 static void fp_ep_woken(struct fp_ep *ep, struct epoll_event *hev, int n)
 {
-	struct ferry_sock *s;
 	int i;
 
 	pthread_mutex_lock(&ep->lock);
@@ -494,11 +480,7 @@ static void fp_ep_woken(struct fp_ep *ep, struct epoll_event *hev, int n)
 		if (it->e->kind != FP_FERRY)
 			continue;
 		FP_ENTER();
-		s = sock_get(it->e->sfd);
-		if (s && sock_wait_lead(s)) {
-			sock_wait_drain(s);
-			sock_wait_release(s);
-		}
+		sock_shim_drain(it->e->sfd);
 		FP_LEAVE();
 		/* Several items of one socket (dup'd fds): all of them. */
 		for (x = ep->items; x; x = x->next)

@@ -38,7 +38,6 @@
 #include <unistd.h>
 
 #include "preload.h"
-#include "sock-internal.h"
 
 /* Pages of counts, shared (MAP_SHARED): a slot is free when it reads 0. */
 #define FP_REF_PAGE_SLOTS	1024
@@ -95,13 +94,10 @@ bool fp_ref_put(_Atomic int *ref)
  */
 bool fp_close_ends(struct fp_fd *e)
 {
-	struct ferry_sock *s = sock_get(e->sfd);
 	bool drove, last;
 	int old;
 
-	drove = e->forked && s &&
-		(__atomic_load_n(&s->sseq_no, __ATOMIC_RELAXED) != e->fork_sseq ||
-		 atomic_load(&s->rseq_no) != e->fork_rseq);
+	drove = e->forked && sock_shim_fork_drove(e->sfd, &e->fork_mark);
 	if (!e->refs)
 		return true;
 	old = atomic_fetch_sub(e->refs, 1);
@@ -203,21 +199,12 @@ static void fp_fork_child_listener(int fd, struct fp_fd *e, void *arg)
  */
 static void fp_fork_quiet(int fd, struct fp_fd *e, void *arg)
 {
-	struct ferry_sock *s;
-
 	(void)arg;
 	if (e->kind != FP_FERRY || fd != e->sfd)
 		return;
 	FP_ENTER();
-	s = sock_get(e->sfd);
-	if (s) {
-		sock_ka_forget(s);
-		pthread_mutex_lock(&s->plock);
-		e->fork_sseq = s->sseq_no;
-		pthread_mutex_unlock(&s->plock);
-		e->fork_rseq = atomic_load(&s->rseq_no);
+	if (sock_shim_fork_quiet(e->sfd, &e->fork_mark) == 0)
 		e->forked = true;
-	}
 	FP_LEAVE();
 }
 

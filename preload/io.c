@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "preload.h"
-#include "sock-internal.h"
 
 /* The ferry socket @fd names, as sock/'s number, or -1. */
 static inline int fp_ferry(int fd)

@@ -21,7 +21,6 @@
 #include <time.h>
 
 #include "preload.h"
-#include "sock-internal.h"
 
 #define FP_POLL_STACK 32
 
@@ -74,14 +73,12 @@ short fp_revents(int fd, struct fp_fd *e, short events)
 
 short fp_revents_ex(int fd, struct fp_fd *e, short events, bool kernel_too)
 {
-	struct ferry_sock *s;
 	short rev = 0;
 
 	FP_ENTER();
 	switch (e->kind) {
 	case FP_FERRY:
-		s = sock_get(e->sfd);
-		rev = s ? sock_revents(s, events) : POLLNVAL;
+		rev = sock_revents_fd(e->sfd, events);
 		break;
 	case FP_LISTEN:
 		rev = kernel_too ? fp_listen_kernel_revents(fd, e, events) : 0;
@@ -98,20 +95,15 @@ short fp_revents_ex(int fd, struct fp_fd *e, short events, bool kernel_too)
 
 int fp_sleep_prepare(int fd, struct fp_fd *e, int wfd[FP_WAKE_MAX], bool *led)
 {
-	struct ferry_sock *s;
-	int n = 0;
+	int n = 0, sfd;
 
 	*led = false;
 	FP_ENTER();
 	switch (e->kind) {
 	case FP_FERRY:
-		s = sock_get(e->sfd);
-		if (!s)
-			break;
-		*led = sock_wait_lead(s);
-		if (*led)
-			sock_wait_arm(s);
-		wfd[n++] = s->fd;
+		sfd = sock_shim_sleep_prepare(e->sfd, led);
+		if (sfd >= 0)
+			wfd[n++] = sfd;
 		break;
 	case FP_LISTEN:
 		wfd[n++] = fd;
@@ -129,17 +121,11 @@ int fp_sleep_prepare(int fd, struct fp_fd *e, int wfd[FP_WAKE_MAX], bool *led)
 
 void fp_sleep_done(int fd, struct fp_fd *e, bool led)
 {
-	struct ferry_sock *s;
-
 	(void)fd;
 	if (!led || e->kind != FP_FERRY)
 		return;
 	FP_ENTER();
-	s = sock_get(e->sfd);
-	if (s) {
-		sock_wait_drain(s);
-		sock_wait_release(s);
-	}
+	sock_shim_sleep_done(e->sfd);
 	FP_LEAVE();
 }
 

@@ -12,9 +12,7 @@
 #include <sys/resource.h>
 
 #include "conf.h"
-#include "core-export.h"
 #include "preload.h"
-#include "sock-internal.h"
 
 static atomic_int fp_on = -1;
 

@@ -44,8 +44,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "core-export.h"
-#include "sock_stat.h"
+#include "sock-export.h"
 
 #define FP_EXPORT __attribute__((visibility("default")))
 
@@ -158,7 +157,7 @@ struct fp_fd {
 	/* After fork: the socket's message counts then, to tell whether this
 	 * process drove the connection since (fork.c). */
 	bool forked;
-	uint16_t fork_sseq, fork_rseq;
+	struct sock_fork_mark fork_mark;
 	/* FP_EPOLL: the managed items of the set. */
 	struct fp_ep *ep;
 	/* Names (fds) of this entry in this process: dup() shares it. */

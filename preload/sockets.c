@@ -40,7 +40,6 @@
 #include <unistd.h>
 
 #include "preload.h"
-#include "sock-internal.h"
 
 static const char *fp_addr_str(const struct sockaddr *sa, char *buf, size_t len)
 {
@@ -777,7 +776,6 @@ FP_EXPORT int fcntl64(int fd, int cmd, ...) __attribute__((alias("fcntl")));
 FP_EXPORT int ioctl(int fd, unsigned long req, ...)
 {
 	struct fp_fd *e = fp_get(fd);
-	struct ferry_sock *s;
 	va_list ap;
 	void *arg;
 	int ret;
@@ -799,13 +797,7 @@ FP_EXPORT int ioctl(int fd, unsigned long req, ...)
 		ret = ferry_sock_ioctl(e->sfd, req, arg);
 		break;
 	case SIOCOUTQ:
-		s = sock_get(e->sfd);
-		if (!s || !arg) {
-			ret = ERR(s ? EFAULT : EBADF);
-			break;
-		}
-		*(int *)arg = s->sbuf_size ? (int)(s->sbuf_size - atomic_load(&s->sbuf_free)) : 0;
-		ret = 0;
+		ret = sock_shim_outq(e->sfd, arg);
 		break;
 	default:
 		ret = ERR(ENOTTY);
@@ -884,18 +876,18 @@ FP_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t
 #define FP_MSS 65483
 
 /* A TCP_INFO a program can live with: established, nothing lost. */
-static int fp_tcp_info(struct ferry_sock *s, void *val, socklen_t *len)
+static int fp_tcp_info(const struct sock_shim_tcp *view, void *val, socklen_t *len)
 {
 	struct tcp_info ti;
 	socklen_t n;
 
 	memset(&ti, 0, sizeof(ti));
-	ti.tcpi_state = sock_is_connected(s) ? TCP_ESTABLISHED : TCP_CLOSE;
+	ti.tcpi_state = view->connected ? TCP_ESTABLISHED : TCP_CLOSE;
 	ti.tcpi_snd_mss = ti.tcpi_rcv_mss = FP_MSS;
 	ti.tcpi_pmtu = FP_MSS + 52;
 	ti.tcpi_rtt = 1;
-	ti.tcpi_rcv_space = s->rbuf_size;
-	ti.tcpi_snd_cwnd = s->sq_size;
+	ti.tcpi_rcv_space = view->rbuf_size;
+	ti.tcpi_snd_cwnd = view->sq_size;
 	ti.tcpi_options = TCPI_OPT_TIMESTAMPS;
 	n = *len < sizeof(ti) ? *len : (socklen_t)sizeof(ti);
 	memcpy(val, &ti, n);
@@ -906,7 +898,7 @@ static int fp_tcp_info(struct ferry_sock *s, void *val, socklen_t *len)
 FP_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	struct fp_fd *e = fp_get(fd);
-	struct ferry_sock *s;
+	struct sock_shim_tcp view;
 	int ret, v;
 
 	fp_real_init();
@@ -917,12 +909,11 @@ FP_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	FP_ENTER();
 	ret = ferry_sock_getsockopt(e->sfd, level, name, val, len);
 	if (ret < 0 && errno == ENOPROTOOPT && level == IPPROTO_TCP) {
-		s = sock_get(e->sfd);
 		ret = 0;
-		if (!s) {
+		if (sock_shim_tcp_view(e->sfd, &view) < 0) {
 			ret = -1;
 		} else if (name == TCP_INFO) {
-			ret = fp_tcp_info(s, val, len);
+			ret = fp_tcp_info(&view, val, len);
 		} else if (name == TCP_MAXSEG && *len >= sizeof(int)) {
 			v = FP_MSS;
 			memcpy(val, &v, sizeof(v));

@@ -83,8 +83,9 @@
 #include <ferry/socket.h>
 #include <ferry/verbs.h>
 
+#include "cm-export.h"
 #include "core-export.h"
-#include "sock_stat.h"
+#include "sock-export.h"
 
 /* --- protocol (rsocket v1) --- */
 
@@ -368,7 +369,7 @@ struct ferry_sock {
 	struct sock_stat_slot *stat;
 };
 
-/* --- sock.c: the fd table --- */
+/* --- sock.c: the fd table (what the shim may call: sock-export.h) --- */
 struct ferry_sock *sock_get(int fd);	/* NULL + EBADF / ENOTSOCK */
 int sock_table_set(int fd, struct ferry_sock *s);
 void sock_table_clear(int fd);
@@ -381,54 +382,12 @@ struct ferry_sock *sock_new(int domain, bool nonblock, bool cloexec, bool bare);
 void sock_free(struct ferry_sock *s);
 int sock_epoll_add(struct ferry_sock *s, int fd);
 /*
- * sock_renumber - move the socket named @from onto fd number @to (which it
- * replaces, as dup3 does; close-on-exec set).  For the preload shim, whose
- * sockets must keep the number the application already holds.
- */
-int sock_renumber(int from, int to);
-/*
  * sock_listen_held - ferry_sock_listen on a port that @tcp_fd, the
  * caller's kernel TCP socket bound to it, holds and will listen on (the
  * preload shim: the program's socket; ferry_cm_hold_port).  -1: the
  * listener reserves the port itself, as ferry_sock_listen does.
  */
 int sock_listen_held(int fd, int backlog, int tcp_fd);
-/*
- * Listeners shared by fork (ferry_cm_listen_share and the rest, in
- * core/export/core-export.h): sock_listen_adopt listens as sock_listen_held,
- * on @rdv_fd, an inherited rendezvous it takes (closed on failure);
- * sock_listen_share stops the listener taking connections unasked;
- * sock_listen_take takes one waiting connection for its ready queue
- * (EAGAIN: none); sock_listen_rendezvous is the socket to poll for them.
- */
-int sock_listen_adopt(int fd, int backlog, int tcp_fd, int rdv_fd);
-int sock_listen_share(int fd);
-int sock_listen_take(int fd);
-int sock_listen_rendezvous(int fd);
-/*
- * sock_connect_bound - a connect of socket @fd (not yet connecting) gives
- * up after @ms without the listener's answer (ETIMEDOUT), rather than the
- * CM's long default.  For the shim, which falls back to TCP then.
- */
-int sock_connect_bound(int fd, unsigned int ms);
-/*
- * sock_connect_probe - could a connect to @addr go over ferry?  Asked
- * before any socket is made, in the caller's thread (ferry_cm_probe):
- * SOCK_STAT_RT_FERRY when a connect may find a ferry listener, else why
- * not.  For the shim, whose connects that go to TCP then cost about what
- * TCP costs.
- */
-enum sock_stat_route sock_connect_probe(const struct sockaddr *addr);
-/* Why a ferry connect to @addr that failed with @err goes to TCP. */
-enum sock_stat_route sock_connect_why(const struct sockaddr *addr, int err);
-/*
- * sock_forget - let go of socket @fd in this process without a word to the
- * peer, for the preload shim when another process (after fork) still holds
- * the connection: every descriptor and mapping of this process goes, while
- * what the other process relies on -- the shared MR table, the connection
- * socket (no shutdown), the stream (no DISCONNECT) -- is left as it is.
- */
-void sock_forget(int fd);
 void sock_epoll_del(struct ferry_sock *s, int fd);
 /*
  * sock_pid - this process's id without a system call (ferry_pid): the
@@ -554,9 +513,7 @@ void sock_epoll_forget(struct ferry_sock *s);
 
 /* --- sock_wait.c --- */
 uint64_t sock_now_ns(void);
-unsigned int sock_poll_us(void);
-/* FERRY_POLL_US when the variable is unset (the preload shim raises it). */
-extern unsigned int sock_default_poll_us;
+/* sock_poll_us, sock_default_poll_us: sock-export.h. */
 /*
  * sock_wait - wait until @ready(@s) is true, or the deadline (absolute ns,
  * 0 = none) passes (ETIMEDOUT).  Polls for FERRY_POLL_US, then arms the CQ
@@ -591,9 +548,6 @@ void sock_stat_update(struct ferry_sock *s);
 void sock_stat_set_fd(struct ferry_sock *s);
 /* The segment's descriptor in this process, -1 before the first socket. */
 int sock_stat_fd(void);
-/* Count a connect of the program's under the shim, by where it went (the
- * segment is made if this process has none yet). */
-void sock_stat_route(enum sock_stat_route r);
 
 /* Publish new end bits of the connection (closed); cheap when none. */
 static inline void sock_stat_flags(struct ferry_sock *s)

@@ -18,7 +18,12 @@
 
 #define SOCK_POLL_STACK 64
 
-short sock_revents(struct ferry_sock *s, short events)
+/*
+ * The look at one socket, inlined into both of its callers: sock_revents
+ * (sock/'s own poll and epoll) and sock_revents_fd (the shim's, one call
+ * on a number where it used to make two).
+ */
+static inline short sock_revents_now(struct ferry_sock *s, short events)
 {
 	short rev = 0;
 	unsigned int closed;
@@ -65,6 +70,18 @@ short sock_revents(struct ferry_sock *s, short events)
 		break;
 	}
 	return rev & (events | POLLERR | POLLHUP);
+}
+
+short sock_revents(struct ferry_sock *s, short events)
+{
+	return sock_revents_now(s, events);
+}
+
+short sock_revents_fd(int fd, short events)
+{
+	struct ferry_sock *s = sock_get(fd);
+
+	return s ? sock_revents_now(s, events) : POLLNVAL;
 }
 
 /* One pass over @fds: ferry readiness, and the kernel fds with poll(0). */

@@ -37,6 +37,7 @@ int main(void)
 	srunner_add_suite(runner, cm_robust_suite());
 	srunner_add_suite(runner, hostile_cm_suite());
 	srunner_add_suite(runner, sock_suite());
+	srunner_add_suite(runner, sock_shim_suite());
 	srunner_add_suite(runner, repoll_suite());
 	srunner_add_suite(runner, config_suite());
 	srunner_add_suite(runner, stat_suite());

@@ -24,6 +24,7 @@ Suite *cm_suite(void);
 Suite *cm_robust_suite(void);
 Suite *hostile_cm_suite(void);
 Suite *sock_suite(void);
+Suite *sock_shim_suite(void);
 Suite *repoll_suite(void);
 Suite *config_suite(void);
 Suite *stat_suite(void);

@@ -25,10 +25,63 @@
 	((type *)((char *)(ptr) - offsetof(type, member)))
 #endif
 
+/*
+ * --- what the preload shim uses of core ---
+ * The shim's one door into ferry is the socket layer: it cannot see this
+ * header, so sock/export/sock-export.h declares the same, word for word,
+ * between the same guard, and whichever of the two comes first in a file
+ * declares them (tests/check_layers.sh checks that the copies agree).
+ */
+#ifndef FERRY_CORE_SHIM_DECLS
+#define FERRY_CORE_SHIM_DECLS
+
 #define FERRY_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Set errno and return -1: the socket-style error convention. */
 #define ERR(e) (errno = (e), -1)
+
+/* log.c */
+
+enum ferry_log_level {
+	FERRY_LOG_ERROR,
+	FERRY_LOG_WARN,
+	FERRY_LOG_INFO,
+	FERRY_LOG_DEBUG,
+};
+
+/* Level from FERRY_LOG (error|warn|info|debug), read once; default warn. */
+enum ferry_log_level ferry_log_level(void);
+void ferry_log(enum ferry_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#define ferry_err(...)   ferry_log(FERRY_LOG_ERROR, __VA_ARGS__)
+#define ferry_warn(...)  ferry_log(FERRY_LOG_WARN, __VA_ARGS__)
+#define ferry_info(...)  ferry_log(FERRY_LOG_INFO, __VA_ARGS__)
+#define ferry_debug(...) \
+	do { if (ferry_log_level() >= FERRY_LOG_DEBUG) \
+		ferry_log(FERRY_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/*
+ * ferry_own_thread - true in ferry's own threads (the CM's, the shm
+ * monitor, keepalives).  The preload shim passes their system calls to
+ * the kernel untouched, even on a descriptor the program knows: a stream
+ * socket whose number is its connection's socket
+ * (ferry_comp_channel_on_conn) is shut down, watched and written to by
+ * them, never as the program's socket.
+ */
+extern __thread bool ferry_own_thread;
+
+/*
+ * ferry_fork_child - call in a child of fork() that goes on using
+ * connections it inherited (the preload shim does): the providers restart
+ * what watched them in the parent (shm: hang-up of the peers).
+ */
+void ferry_fork_child(void);
+
+/* The floor of the descriptors ferry keeps for itself (ferry_fd_park). */
+extern int ferry_fd_park_base;
+
+#endif /* FERRY_CORE_SHIM_DECLS */
 
 #define likely(x)   __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -166,27 +219,6 @@ bool ferry_qp_transition_ok(enum ferry_qp_state cur, enum ferry_qp_state next,
 bool ferry_qp_next_state(enum ferry_qp_state cur, const struct ferry_qp_attr *attr,
 			 int mask, enum ferry_qp_state *next_p);
 
-/* --- log.c --- */
-
-enum ferry_log_level {
-	FERRY_LOG_ERROR,
-	FERRY_LOG_WARN,
-	FERRY_LOG_INFO,
-	FERRY_LOG_DEBUG,
-};
-
-/* Level from FERRY_LOG (error|warn|info|debug), read once; default warn. */
-enum ferry_log_level ferry_log_level(void);
-void ferry_log(enum ferry_log_level level, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-#define ferry_err(...)   ferry_log(FERRY_LOG_ERROR, __VA_ARGS__)
-#define ferry_warn(...)  ferry_log(FERRY_LOG_WARN, __VA_ARGS__)
-#define ferry_info(...)  ferry_log(FERRY_LOG_INFO, __VA_ARGS__)
-#define ferry_debug(...) \
-	do { if (ferry_log_level() >= FERRY_LOG_DEBUG) \
-		ferry_log(FERRY_LOG_DEBUG, __VA_ARGS__); } while (0)
-
 /* --- alloc.c: ferry_alloc blocks (memfd-backed, shareable) --- */
 
 /* One ferry_alloc allocation: a sealed memfd mapped shared at addr. */
@@ -262,11 +294,12 @@ int ferry_qp_exchange_step(struct ferry_qp *qp, uint32_t *peer_qp_num_p);
 void ferry_qp_exchange_abort(struct ferry_qp *qp);
 
 /*
- * ferry_pd_detach, ferry_cm_detach - this process lets go of a connection
+ * ferry_pd_detach, ferry_cq_detach - this process lets go of objects
  * another process holds too (after fork): from now on, releasing @pd (its
- * MRs) and destroying @id close and unmap this process's copies only, and
- * change nothing the other process or the peer sees -- no MR slot
- * cleared in the shared table, no shutdown of the connection socket.
+ * MRs) or @cq closes and unmaps this process's copies only, and changes
+ * nothing the other process or the peer sees -- no MR slot cleared in the
+ * shared table.  The CM's ferry_cm_detach (cm/export/cm-export.h) does
+ * the same for a connection.
  */
 void ferry_pd_detach(struct ferry_pd *pd);
 void ferry_cq_detach(struct ferry_cq *cq);
@@ -396,116 +429,6 @@ pid_t ferry_pid(void);
 			       name##_fork_after);				\
 	}
 /*
- * ferry_own_thread - true in ferry's own threads (the CM's, the shm
- * monitor, keepalives).  The preload shim passes their system calls to
- * the kernel untouched, even on a descriptor the program knows: a stream
- * socket whose number is its connection's socket
- * (ferry_comp_channel_on_conn) is shut down, watched and written to by
- * them, never as the program's socket.
- */
-extern __thread bool ferry_own_thread;
-struct ferry_cm_id;
-void ferry_cm_detach(struct ferry_cm_id *id);
-/*
- * ferry_cm_quiet - @id (a listener: the ids of its connections too) wants
- * no DISCONNECTED event once established, so its transport may leave the
- * connection unwatched: on shm the CM thread then is not woken by every
- * peer that goes (the provider's monitor still is, and takes the QP to
- * ERR).  Call it on a fresh id, before connect or listen.  For stream
- * sockets, whose peers end in band and whose connected ids' events go to
- * a channel nobody reads.
- */
-void ferry_cm_quiet(struct ferry_cm_id *id);
-/*
- * ferry_cm_hold_port - the port that @id (fresh) will bind and listen on
- * is held by @fd, the caller's kernel TCP socket bound to it, which the
- * caller makes listen (the preload shim: the program's own socket).  The
- * shm transport then names its rendezvous after that socket instead of
- * reserving the port with a TCP socket of its own (see cm/cm_shm_owner.c).
- * @fd need only stay open until ferry_bind_addr returns.
- */
-int ferry_cm_hold_port(struct ferry_cm_id *id, int fd);
-/*
- * Listeners shared by fork (cm/cm_shm_listen.c, shm only).  The rendezvous
- * of a listener is a listening AF_UNIX socket that every process holding
- * it may accept from, as every holder of a TCP listener may; but a CM id
- * and its thread are one process's.  So a listener that fork shares stops
- * taking connections on its own (ferry_cm_listen_share): each process then
- * takes one when its program accepts (ferry_cm_listen_take), and a child
- * makes its own listener on the inherited socket
- * (ferry_cm_adopt_rendezvous).  All: 0 or -1 with errno.
- *
- * ferry_cm_rendezvous_fd - the listening rendezvous socket of @id, to poll
- * (readable: a connection waits that some holder may take); -1 with
- * ENOTSUP when no shm listener is behind @id.  Stays @id's.
- */
-int ferry_cm_rendezvous_fd(struct ferry_cm_id *id);
-/* ferry_cm_listen_share - @id (listening) takes connections only when
- * asked from now on; those it took already go on to their events. */
-int ferry_cm_listen_share(struct ferry_cm_id *id);
-/*
- * ferry_cm_listen_take - a shared listener takes one waiting connection
- * (non-blocking): 0, and its request comes as CONNECT_REQUEST; EAGAIN
- * when none waits (another process took it), or accept(2)'s errno
- * (EMFILE ...).
- */
-int ferry_cm_listen_take(struct ferry_cm_id *id);
-/*
- * ferry_cm_adopt_rendezvous - @id (fresh, ferry_cm_hold_port'd with the
- * TCP socket @fd was made for) listens, shared, on @fd: a listening
- * rendezvous inherited by fork, which it owns from a successful
- * ferry_bind_addr on.  EINVAL at bind when @fd is not that socket's.
- */
-int ferry_cm_adopt_rendezvous(struct ferry_cm_id *id, int fd);
-/*
- * ferry_cm_connect_timeout - a connect of @id waits at most @ms for the
- * listener's answer (not for the QP exchange after it), then reports
- * UNREACHABLE with ETIMEDOUT; 0: the transport's default (30 s on shm,
- * where the user may accept by hand).  For the socket layer under the
- * shim, which would rather fall back to TCP than wait.  Call it on a
- * fresh id, before connect.  Honoured by the shm transport.
- */
-void ferry_cm_connect_timeout(struct ferry_cm_id *id, unsigned int ms);
-
-struct sockaddr;
-/* What ferry_cm_probe can tell of a destination without connecting. */
-enum ferry_cm_probe {
-	FERRY_CM_PROBE_MAYBE,		/* a ferry listener may answer: connect to learn */
-	FERRY_CM_PROBE_REMOTE,		/* no transport reaches it (not this host, no device) */
-	FERRY_CM_PROBE_NO_LISTENER,	/* nothing listens on its port */
-	FERRY_CM_PROBE_NO_FERRY,	/* a TCP listener no ferry listener speaks for */
-	FERRY_CM_PROBE_NOT_OWNER,	/* its ferry rendezvous is not the port owner's */
-	FERRY_CM_PROBE_UNKNOWN,		/* the kernel would not say who listens */
-	/* Internal to the transports: this one does not reach it, ask the next. */
-	FERRY_CM_PROBE_UNREACHED,
-};
-/*
- * ferry_cm_probe - would a connect to @dst find a ferry listener?  For the
- * preload shim, which connects over TCP when not, and wants to know that
- * for what TCP alone costs: in the caller's thread, no CM thread, no
- * descriptor of its own, at most one round trip to the kernel (shm asks
- * sock_diag who listens, and remembers for a while which TCP listeners
- * a connect found no ferry listener behind, cm/cm_shm_probe.c); a
- * destination no transport reaches costs no system call at all.  Only
- * MAYBE leads to a connect that may succeed.  Any thread.
- */
-enum ferry_cm_probe ferry_cm_probe(const struct sockaddr *dst);
-/*
- * ferry_cm_let_go - a quiet @id, established, keeps nothing of its
- * connection the provider holds as well (shm: its socket, so that the
- * stream socket can own it alone, ferry_comp_channel_on_conn).  EINVAL
- * for any other id, or where there is nothing to let go (verbs).
- */
-int ferry_cm_let_go(struct ferry_cm_id *id);
-
-/*
- * ferry_fork_child - call in a child of fork() that goes on using
- * connections it inherited (the preload shim does): the providers restart
- * what watched them in the parent (shm: hang-up of the peers).
- */
-void ferry_fork_child(void);
-
-/*
  * ferry_fd_park - move @fd, one ferry keeps for itself, up to
  * ferry_fd_park_base or above (close-on-exec), when that is set; returns
  * the fd to use (@fd itself when unset, negative or no room).  The preload
@@ -514,7 +437,7 @@ void ferry_fork_child(void);
  * select(2) can reach).  ferry_fd_dup: a close-on-exec duplicate of @fd,
  * parked the same way when there is room.
  */
-extern int ferry_fd_park_base;
+/* ferry_fd_park_base: with the declarations the shim uses, above. */
 int ferry_fd_park(int fd);
 int ferry_fd_dup(int fd);
 /*
@@ -526,19 +449,5 @@ int ferry_fd_dup(int fd);
  */
 int ferry_fd_hold(int fd);
 int ferry_fd_close(int fd);
-
-/* --- cm/cm_event.c: for the socket layer --- */
-
-struct ferry_event_channel;
-struct ferry_cm_event;
-
-/*
- * ferry_cm_event_poll - the next event of @channel if one is queued, else
- * -1 with EAGAIN.  Unlike ferry_get_cm_event it never sleeps and never
- * asks the fd whether it is non-blocking: a caller that polls in a loop
- * makes no system call while nothing is queued.
- */
-int ferry_cm_event_poll(struct ferry_event_channel *channel,
-			struct ferry_cm_event **event_p);
 
 #endif /* FERRY_INTERNAL_H */

@@ -16,7 +16,8 @@
  * Errors.  libibverbs mixes conventions: some calls return an errno value
  * (positive, or negative in some providers), others NULL or -1 with errno
  * set.  Every ibv call of this provider goes through one of the verbs_ret*
- * helpers below, which turn them into ferry's -1 / NULL + errno.
+ * helpers of verbs-export.h, which turn them into ferry's -1 / NULL +
+ * errno (the CM's verbs transport uses them for librdmacm's calls).
  */
 #ifndef FERRY_VERBS_INTERNAL_H
 #define FERRY_VERBS_INTERNAL_H
@@ -29,6 +30,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "core-export.h"
+#include "verbs-export.h"
 
 /* WRs translated on the stack per ibv_post_* call: longer chains go in batches. */
 #define VERBS_WR_BATCH			16
@@ -38,41 +40,6 @@
 #define VERBS_EXCHANGE_TIMEOUT_MS	10000
 /* Hop limit of the GRH on RoCE: the peer is at most a routed hop away. */
 #define VERBS_HOP_LIMIT			64
-
-/* --- error translation: the one place ibverbs' conventions are mapped --- */
-
-/*
- * verbs_ret - for calls that return 0 or an errno value (ibv_modify_qp,
- * ibv_destroy_*, ibv_post_*, ...).  Providers return it positive or negative.
- */
-static inline int verbs_ret(int ret)
-{
-	if (likely(ret == 0))
-		return 0;
-	errno = ret < 0 ? -ret : ret;
-	return -1;
-}
-
-/*
- * verbs_ret_errno - for calls that return -1 (or any nonzero) with errno
- * set (ibv_get_cq_event, rdma_*).  A missing errno becomes EIO.
- */
-static inline int verbs_ret_errno(int ret)
-{
-	if (likely(ret == 0))
-		return 0;
-	if (errno == 0)
-		errno = EIO;
-	return -1;
-}
-
-/* verbs_ptr - for constructors returning NULL (errno maybe unset). */
-static inline void *verbs_ptr(void *obj, int fallback_errno)
-{
-	if (!obj && errno == 0)
-		errno = fallback_errno;
-	return obj;
-}
 
 /* --- devices and contexts --- */
 
@@ -213,7 +180,12 @@ uint32_t verbs_device_max_inline(struct verbs_device *vdev);
  */
 int verbs_local_gid(struct verbs_device *vdev, union ibv_gid *gid_p);
 
-/* --- for the CM's verbs transport (cm/cm_verbs.c) --- */
+/*
+ * --- librdmacm's objects as ferry's ---
+ * For a CM that would make its QPs with rdma_create_qp.  The CM's verbs
+ * transport makes them with ferry_create_qp and uses none of these (what
+ * it uses is in verbs-export.h), so they stay this provider's.
+ */
 
 /*
  * verbs_context_get - a ferry context wrapping @ibv, an ibv_context of
@@ -225,9 +197,7 @@ int verbs_local_gid(struct verbs_device *vdev, union ibv_gid *gid_p);
 struct ferry_context *verbs_context_get(struct ibv_context *ibv);
 void verbs_context_put(struct ferry_context *ctx);
 
-/* Is @ctx (or the object's context) a verbs one?  Then these are valid: */
-bool verbs_is_context(const struct ferry_context *ctx);
-
+/* verbs_is_context (verbs-export.h) true: these are valid. */
 static inline struct ibv_pd *verbs_ibv_pd(struct ferry_pd *pd)
 {
 	return to_vpd(pd)->ibv;
@@ -236,11 +206,6 @@ static inline struct ibv_pd *verbs_ibv_pd(struct ferry_pd *pd)
 static inline struct ibv_cq *verbs_ibv_cq(struct ferry_cq *cq)
 {
 	return to_vcq(cq)->ibv;
-}
-
-static inline struct ibv_qp *verbs_ibv_qp(struct ferry_qp *qp)
-{
-	return to_vqp(qp)->ibv;
 }
 
 /*
@@ -255,8 +220,5 @@ void verbs_qp_unwrap(struct ferry_qp *qp);
 /* Translate a ferry QP init attr into ibverbs' (the CQs must be verbs CQs). */
 void verbs_qp_init_attr_to_ibv(const struct ferry_qp_init_attr *in,
 			       struct ibv_qp_init_attr *out);
-
-/* Refresh qp->state from the ibv QP (librdmacm moves CM QPs itself). */
-int verbs_qp_sync_state(struct ferry_qp *qp);
 
 #endif /* FERRY_VERBS_INTERNAL_H */

@@ -142,6 +142,11 @@ static enum ferry_qp_state verbs_qp_device_state(struct verbs_qp *qp)
 	return (enum ferry_qp_state)attr.qp_state;
 }
 
+struct ibv_qp *verbs_ibv_qp(struct ferry_qp *qp)
+{
+	return to_vqp(qp)->ibv;
+}
+
 int verbs_qp_sync_state(struct ferry_qp *fqp)
 {
 	struct verbs_qp *qp = to_vqp(fqp);
