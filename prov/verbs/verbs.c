@@ -80,6 +80,7 @@ static void verbs_devices_init(void)
 		vdev->dev.provider_data = list[i]->device;
 		vdev->ibv = list[i];
 		vdev->port = verbs_pick_port(list[i]);
+		vdev->iwarp = list[i]->device->transport_type == IBV_TRANSPORT_IWARP;
 		vdev->max_inline = -1;
 		pthread_mutex_init(&vdev->lock, NULL);
 	}
@@ -395,6 +396,11 @@ void verbs_context_put(struct ferry_context *ctx)
 bool verbs_is_context(const struct ferry_context *ctx)
 {
 	return ctx && ctx->provider == &ferry_verbs_provider;
+}
+
+bool verbs_is_iwarp(const struct ferry_context *ctx)
+{
+	return to_vctx((struct ferry_context *)ctx)->vdev->iwarp;
 }
 
 const struct ferry_provider ferry_verbs_provider = {
