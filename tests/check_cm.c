@@ -138,7 +138,8 @@ static void cm_connect_family(int family)
 	/* The request carries the client's private data and addresses. */
 	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
 	ck_assert(cmt_pdata_is(&ev->param.conn, cm_hello, sizeof(cm_hello)));
-	ck_assert_int_eq(ev->param.conn.rnr_retry_count, 7);
+	/* iWARP has no RNR retries: iw_cm passes on none, so 0. */
+	ck_assert_int_eq(ev->param.conn.rnr_retry_count, tu_on_iwarp() ? 0 : 7);
 	memset(&s, 0, sizeof(s));
 	s.id = ev->id;
 	ck_assert_ptr_eq(s.id->verbs, c.id->verbs);
@@ -205,6 +206,16 @@ START_TEST(test_wildcard_listeners)
 		struct ferry_cm_event *ev;
 		uint16_t port;
 
+		/*
+		 * siw's IPv6 wildcard listener takes the IPv4 connection, but
+		 * the kernel's rdma_cm finds no device for its v4-mapped local
+		 * address (rdma_translate_ip) and iw_cm rejects the request.
+		 */
+		if (families[i] == AF_INET6 && tu_on_iwarp()) {
+			printf("SKIP test_wildcard_listeners (IPv6 serving IPv4) on iWARP: "
+			       "rdma_cm rejects a v4-mapped request\n");
+			continue;
+		}
 		memset(&any, 0, sizeof(any));
 		any.ss_family = (sa_family_t)families[i];
 		if (families[i] == AF_INET6)
