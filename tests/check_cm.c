@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -263,6 +264,40 @@ START_TEST(test_reject_private_data)
 	ck_assert_int_eq(ferry_destroy_id(req), 0);
 	cmt_close(&c);
 	cmt_close(&l);
+}
+END_TEST
+
+/*
+ * On iWARP only iw_cm binds a QP to its TCP stream: ferry_qp_exchange,
+ * made for a manual RTR, refuses a QP there with EOPNOTSUPP, and a CM QP
+ * reads INIT (ferry's own record: siw reports no state) until connected.
+ */
+START_TEST(test_iwarp_exchange_refused)
+{
+	struct sockaddr_storage dst;
+	struct cmt_end c;
+	uint32_t peer;
+	int sv[2];
+
+	if (!tu_on_iwarp()) {
+		printf("SKIP test_iwarp_exchange_refused on %s: no iWARP device\n", tu_transport());
+		return;
+	}
+	cmt_addr(&dst, AF_INET, 7);	/* only resolved, never connected */
+	memset(&c, 0, sizeof(c));
+	c.ch = ferry_create_event_channel();
+	ck_assert_int_eq(ferry_create_id(c.ch, &c.id, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_resolve_addr(c.id, NULL, (struct sockaddr *)&dst, 100), 0);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ADDR_RESOLVED), 0);
+	ck_assert_int_eq(cmt_create_qp(c.id), 0);
+	ck_assert_int_eq(tu_qp_state(c.id->qp), FERRY_QPS_INIT);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	ck_assert_int_eq(ferry_qp_exchange(c.id->qp, sv[0], &peer), -1);
+	ck_assert_int_eq(errno, EOPNOTSUPP);
+	ck_assert_int_eq(tu_qp_state(c.id->qp), FERRY_QPS_INIT);
+	close(sv[0]);
+	close(sv[1]);
+	cmt_close(&c);
 }
 END_TEST
 
@@ -717,6 +752,7 @@ Suite *cm_suite(void)
 	tcase_add_test(conn, test_wildcard_listeners);
 	tcase_add_test(conn, test_reject_private_data);
 	tcase_add_test(conn, test_no_listener_refused);
+	tcase_add_test(conn, test_iwarp_exchange_refused);
 	tcase_add_test(conn, test_probe);
 	tcase_add_test(conn, test_private_data_limits);
 	tcase_add_test(conn, test_disconnect_both_sides);
