@@ -436,9 +436,11 @@ static void vcm_param_from_rdma(struct ferry_conn_param *out, const struct rdma_
 }
 
 /*
- * iWARP: IRD (responder_resources) and ORD (initiator_depth) within the
- * device's limits, which the driver enforces at connect and accept
- * (siw: 128 each) where IB's rdma_cm would pass any value on.
+ * iWARP: IRD (responder_resources) and ORD (initiator_depth) cut to the
+ * device's limits (siw: 128 each).  librdmacm refuses larger values and
+ * siw's accept refuses them again; over MPA v2 they are only offers that
+ * the two drivers reconcile (siw's "relaxed" negotiation), so a request
+ * for more than the device has is served with what it has.
  */
 static void vcm_iwarp_clamp_depths(const struct vcm_id *st, struct rdma_conn_param *rp)
 {

@@ -272,9 +272,6 @@ void verbs_qp_init_attr_to_ibv(const struct ferry_qp_init_attr *in,
  */
 int verbs_qp_sync_state(struct ferry_qp *qp);
 
-/* Is @ctx a context of an iWARP device (verbs_is_context first)? */
-bool verbs_is_iwarp(const struct ferry_context *ctx);
-
 /*
  * verbs_qp_set_state - note a state the kernel gave @qp without ferry_modify_qp
  * (iWARP: RTS once iw_cm connected it).  Only for devices that cannot

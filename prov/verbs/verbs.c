@@ -398,11 +398,6 @@ bool verbs_is_context(const struct ferry_context *ctx)
 	return ctx && ctx->provider == &ferry_verbs_provider;
 }
 
-bool verbs_is_iwarp(const struct ferry_context *ctx)
-{
-	return to_vctx((struct ferry_context *)ctx)->vdev->iwarp;
-}
-
 const struct ferry_provider ferry_verbs_provider = {
 	.name = "verbs",
 	.get_devices = verbs_get_devices,
