@@ -301,6 +301,58 @@ START_TEST(test_iwarp_exchange_refused)
 }
 END_TEST
 
+/*
+ * On iWARP IRD/ORD above the device's limits are cut to them, not refused:
+ * a connect and an accept asking for 255 of each connect, and the request
+ * carries no more than the device has.
+ */
+START_TEST(test_iwarp_depths_clamped)
+{
+	struct ferry_conn_param p = { .responder_resources = 255, .initiator_depth = 255 };
+	struct sockaddr_storage dst;
+	struct ferry_device_attr dev;
+	struct ferry_cm_event *ev;
+	struct cmt_end l, c, s;
+	uint16_t port;
+
+	if (!tu_on_iwarp()) {
+		printf("SKIP test_iwarp_depths_clamped on %s: no iWARP device "
+		       "(elsewhere rdma_cm refuses such depths)\n", tu_transport());
+		return;
+	}
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	cmt_addr(&dst, AF_INET, port);
+	memset(&c, 0, sizeof(c));
+	c.ch = ferry_create_event_channel();
+	ck_assert_int_eq(ferry_create_id(c.ch, &c.id, NULL, FERRY_PS_TCP), 0);
+	ck_assert_int_eq(ferry_resolve_addr(c.id, NULL, (struct sockaddr *)&dst, 100), 0);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ADDR_RESOLVED), 0);
+	ck_assert_int_eq(ferry_resolve_route(c.id, 100), 0);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ROUTE_RESOLVED), 0);
+	ck_assert_int_eq(cmt_create_qp(c.id), 0);
+	ck_assert_int_eq(ferry_query_device(c.id->verbs, &dev), 0);
+	ck_assert_int_lt(dev.max_qp_rd_atom, 255);
+	ck_assert_int_eq(ferry_connect(c.id, &p), 0);
+
+	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
+	ck_assert_int_le(ev->param.conn.responder_resources, dev.max_qp_rd_atom);
+	ck_assert_int_le(ev->param.conn.initiator_depth, dev.max_qp_init_rd_atom);
+	memset(&s, 0, sizeof(s));
+	s.id = ev->id;
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(cmt_create_qp(s.id), 0);
+	ck_assert_int_eq(ferry_accept(s.id, &p), 0);
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert_int_eq(tu_qp_state(c.id->qp), FERRY_QPS_RTS);
+	cmt_close(&c);
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_DISCONNECTED), 0);
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_TIMEWAIT_EXIT), 0);
+	cmt_close(&s);
+	cmt_close(&l);
+}
+END_TEST
+
 START_TEST(test_no_listener_refused)
 {
 	struct sockaddr_storage dst;
@@ -753,6 +805,7 @@ Suite *cm_suite(void)
 	tcase_add_test(conn, test_reject_private_data);
 	tcase_add_test(conn, test_no_listener_refused);
 	tcase_add_test(conn, test_iwarp_exchange_refused);
+	tcase_add_test(conn, test_iwarp_depths_clamped);
 	tcase_add_test(conn, test_probe);
 	tcase_add_test(conn, test_private_data_limits);
 	tcase_add_test(conn, test_disconnect_both_sides);
