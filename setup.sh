@@ -291,6 +291,9 @@ apt_install() {
 		sudo=(sudo -n)
 	fi
 	say "installing ${missing[*]}"
+	# The package lists may predate the kernel the archive has now.
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q update >/dev/null ||
+		{ say "apt-get update failed"; return 1; }
 	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
 		apt-get -q install -y --no-install-recommends "${missing[@]}" >/dev/null ||
 		{ say "apt-get install ${missing[*]} failed"; return 1; }
@@ -304,15 +307,16 @@ apt_install() {
 # packages are installed here rather than listed in PACKAGES.  A skip where
 # they cannot be installed or the VM cannot run.
 check_siw() {
-	local rc=0 pkgs
+	local rc=0 list pkgs=()
 	cd "$SRCDIR/build"
 	if ! grep -q '^#define HAVE_VERBS 1' config.h; then
 		say "siw skipped: ferry was configured without libibverbs/librdmacm"
 		return 0
 	fi
-	if ! pkgs=$("$SRCDIR/tests/rxe/rxe-vm.sh" --siw-packages) ||
-	   ! apt_install $pkgs; then
-		say "siw skipped: the kernel source and headers siw needs are not here (${pkgs:-?})"
+	list=$("$SRCDIR/tests/rxe/rxe-vm.sh" --siw-packages) || list=
+	read -ra pkgs <<<"$list"
+	if [ ${#pkgs[@]} -eq 0 ] || ! apt_install "${pkgs[@]}"; then
+		say "siw skipped: the kernel source and headers siw needs are not here (${list:-no kernel known for the VM})"
 		return 0
 	fi
 	make -j"$JOBS" tests/check_ferry
