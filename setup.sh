@@ -6,7 +6,8 @@
 #   ./setup.sh build    the same without the perf run
 #   ./setup.sh test     install + build, then the whole test suite: make check,
 #                       ASan+UBSan, valgrind, fuzz, and the verbs checks in a
-#                       Soft-RoCE VM (soft-roce; a skip where qemu cannot run)
+#                       Soft-RoCE VM (soft-roce) and a SoftiWARP one (siw; each
+#                       a skip where qemu or the kernel packages are missing)
 #   ./setup.sh --help   this text
 #
 # Packages are installed only when some are missing: directly as root, through sudo
@@ -276,6 +277,58 @@ check_rxe() {
 	return "$rc"
 }
 
+# apt_install PKG...: install Debian packages missing here (as root, or with a
+# sudo that asks nothing); 1 when that cannot be done, with the reason said.
+apt_install() {
+	local missing=() pkg sudo=()
+	for pkg in "$@"; do
+		[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" = installed ] ||
+			missing+=("$pkg")
+	done
+	[ ${#missing[@]} -gt 0 ] || return 0
+	if [ "$(id -u)" -ne 0 ]; then
+		sudo -n true 2>/dev/null || { say "not root, no sudo without a password: cannot install ${missing[*]}"; return 1; }
+		sudo=(sudo -n)
+	fi
+	say "installing ${missing[*]}"
+	# The package lists may predate the kernel the archive has now.
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q update >/dev/null ||
+		{ say "apt-get update failed"; return 1; }
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+		apt-get -q install -y --no-install-recommends "${missing[@]}" >/dev/null ||
+		{ say "apt-get install ${missing[*]} failed"; return 1; }
+}
+
+# check_siw: the CM suites and ferry-ping <-> rping on an iWARP device, siw0
+# (Linux SoftiWARP), in the same VM booted with --siw (tests/rxe/check-rxe.sh
+# says which stages iWARP cannot run, and why).  Debian builds no siw.ko: the
+# VM compiles it once from linux-source against the headers of the VM's
+# kernel, a version known only now (rxe-vm.sh --siw-packages), so those two
+# packages are installed here rather than listed in PACKAGES.  A skip where
+# they cannot be installed or the VM cannot run.
+check_siw() {
+	local rc=0 list pkgs=()
+	cd "$SRCDIR/build"
+	if ! grep -q '^#define HAVE_VERBS 1' config.h; then
+		say "siw skipped: ferry was configured without libibverbs/librdmacm"
+		return 0
+	fi
+	list=$("$SRCDIR/tests/rxe/rxe-vm.sh" --siw-packages) || list=
+	read -ra pkgs <<<"$list"
+	if [ ${#pkgs[@]} -eq 0 ] || ! apt_install "${pkgs[@]}"; then
+		say "siw skipped: the kernel source and headers siw needs are not here (${list:-no kernel known for the VM})"
+		return 0
+	fi
+	make -j"$JOBS" tests/check_ferry
+	"$SRCDIR/tests/rxe/rxe-vm.sh" --siw --rw "$SRCDIR" --timeout 560 -- \
+		"$SRCDIR/tests/rxe/check-rxe.sh" || rc=$?
+	if [ "$rc" -eq 77 ]; then
+		say "siw skipped (see the reason above)"
+		return 0
+	fi
+	return "$rc"
+}
+
 # check_fuzz: `make fuzz`, bounded libFuzzer runs over the CM's handshake
 # parser and the shm exchange's message checks (it skips, and says so, where
 # clang cannot link a fuzzer).  libFuzzer
@@ -322,6 +375,7 @@ main() {
 		run_stage valgrind check_valgrind
 		run_stage fuzz check_fuzz
 		run_stage soft-roce check_rxe
+		run_stage siw check_siw
 		;;
 	esac
 	finish

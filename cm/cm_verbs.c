@@ -28,6 +28,18 @@
  * when rdma_cm's ESTABLISHED arrives.  A REJECTED that reaches an id the
  * user saw established (the client died before its RTU) is DISCONNECTED.
  *
+ * iWARP.  On an RNIC (Linux siw, or an iWARP NIC) the kernel's iw_cm
+ * moves the QP to RTS itself, in rdma_accept and before the client's
+ * ESTABLISHED: ferry takes the QP to INIT only, and notes RTS once iw_cm
+ * did its part (prov/verbs keeps the state: siw reports none).  The client
+ * gets ESTABLISHED straight away (no CONNECT_RESPONSE, no RTU), with the
+ * server's private data (MPA's reply).  IRD/ORD travel in the MPA v2 header
+ * and the driver refuses values over its limits: they are clamped to the
+ * device's.  There are no RNR retries (rnr_retry_count is 0, as iw_cm
+ * reports), and nothing of the IB CM's reject reasons: siw reports a
+ * consumer's reject (an MPA reply with R set) as ECONNRESET, and a TCP
+ * connect nobody listens to fails rdma_connect itself with ECONNREFUSED.
+ *
  * Statuses.  rdma_cm reports negative errno values, and in REJECTED the
  * IB CM's reject reason; ferry's events carry positive errno values
  * (vcm_status).  A destination rdma_cm refuses at once (no RDMA device
@@ -98,6 +110,12 @@ static void vcm_init_once(void)
 static struct vcm_id *vcm_state(struct cm_id_priv *id)
 {
 	return *cm_tp_data(id, &cm_verbs_transport);
+}
+
+/* Is the id's device an RNIC, where iw_cm drives the QP? (see above) */
+static bool vcm_iwarp(const struct vcm_id *st)
+{
+	return st->rid->verbs && st->rid->verbs->device->transport_type == IBV_TRANSPORT_IWARP;
 }
 
 static void vcm_on_events(evutil_socket_t fd, short what, void *arg);
@@ -213,6 +231,10 @@ static int vcm_qp_modify(struct vcm_id *st, enum ibv_qp_state state, uint8_t rd_
 		ferry_info("cm: QP %u to state %d: %m", qp->qp_num, (int)state);
 		return -1;
 	}
+	if (vcm_iwarp(st)) {
+		verbs_qp_set_state(qp, (enum ferry_qp_state)state);	/* siw cannot tell */
+		return 0;
+	}
 	return verbs_qp_sync_state(qp);
 }
 
@@ -244,10 +266,12 @@ static bool vcm_unreachable_errno(int err)
  * timed out, no route, no device) is ADDR_ERROR with EHOSTUNREACH, as on
  * every transport; other errno values just become positive.
  */
-static int vcm_status(enum rdma_cm_event_type type, int status)
+static int vcm_status(const struct vcm_id *st, enum rdma_cm_event_type type, int status)
 {
 	int err = status < 0 ? -status : status;
 
+	if (type == RDMA_CM_EVENT_REJECTED && vcm_iwarp(st))
+		return err == ECONNRESET ? FERRY_CM_REJ_CONSUMER_DEFINED : err;
 	if (type == RDMA_CM_EVENT_REJECTED && status == VCM_REJ_INVALID_SERVICE_ID)
 		return ECONNREFUSED;
 	if (type == RDMA_CM_EVENT_ADDR_ERROR &&
@@ -413,6 +437,50 @@ static void vcm_param_from_rdma(struct ferry_conn_param *out, const struct rdma_
 	out->rnr_retry_count = in->rnr_retry_count;
 }
 
+/*
+ * iWARP: IRD (responder_resources) and ORD (initiator_depth) cut to the
+ * device's limits (siw: 128 each).  librdmacm refuses larger values and
+ * siw's accept refuses them again; over MPA v2 they are only offers that
+ * the two drivers reconcile (siw's "relaxed" negotiation), so a request
+ * for more than the device has is served with what it has.
+ */
+static void vcm_iwarp_clamp_depths(const struct vcm_id *st, struct rdma_conn_param *rp)
+{
+	struct ibv_device_attr attr;
+
+	if (ibv_query_device(st->rid->verbs, &attr))
+		return;	/* the driver will say what it refuses */
+	if (rp->responder_resources > attr.max_qp_rd_atom)
+		rp->responder_resources = (uint8_t)attr.max_qp_rd_atom;
+	if (rp->initiator_depth > attr.max_qp_init_rd_atom)
+		rp->initiator_depth = (uint8_t)attr.max_qp_init_rd_atom;
+}
+
+/*
+ * iWARP's rdma_connect makes the TCP connection itself (siw: a blocking
+ * connect in the kernel), so "nothing listens" and "no way there" come
+ * back from the call: reported as the events other transports give.
+ */
+static int vcm_iwarp_connect(struct cm_id_priv *id, struct vcm_id *st,
+			     struct rdma_conn_param *rp)
+{
+	int err;
+
+	vcm_iwarp_clamp_depths(st, rp);
+	if (rdma_connect(st->rid, rp) == 0)
+		return 0;
+	err = errno ? errno : EIO;
+	if (err == ECONNREFUSED) {
+		cm_event_report(id, NULL, FERRY_CM_EVENT_REJECTED, ECONNREFUSED, NULL);
+		return 0;
+	}
+	if (vcm_unreachable_errno(err) || err == ETIMEDOUT) {
+		cm_event_report(id, NULL, FERRY_CM_EVENT_UNREACHABLE, EHOSTUNREACH, NULL);
+		return 0;
+	}
+	return ERR(err);
+}
+
 static int vcm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param)
 {
 	struct vcm_id *st = vcm_state(id);
@@ -421,6 +489,8 @@ static int vcm_connect(struct cm_id_priv *id, const struct ferry_conn_param *par
 	if (!st || !id->id.qp)
 		return ERR(EINVAL);
 	vcm_param_to_rdma(&rp, param, id->id.qp->qp_num);
+	if (vcm_iwarp(st))
+		return vcm_iwarp_connect(id, st, &rp);
 	return verbs_ret_errno(rdma_connect(st->rid, &rp));
 }
 
@@ -440,22 +510,31 @@ static int vcm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param
 	return 0;
 }
 
-/* Caller's thread: QP to RTS, then accept; ESTABLISHED is reported here. */
+/*
+ * Caller's thread: QP to RTS, then accept; ESTABLISHED is reported here.
+ * On iWARP the QP stays in INIT: rdma_accept moves it to RTS.
+ */
 static int vcm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
 {
 	struct vcm_id *st = vcm_state(id);
 	struct rdma_conn_param rp;
+	bool iwarp;
 
 	if (!st || !id->id.qp)
 		return ERR(EINVAL);
+	iwarp = vcm_iwarp(st);
 	if (id->id.qp->state == FERRY_QPS_RESET && vcm_qp_modify(st, IBV_QPS_INIT, 0))
 		return -1;
-	if (vcm_qp_modify(st, IBV_QPS_RTR, param->responder_resources) ||
-	    vcm_qp_modify(st, IBV_QPS_RTS, param->initiator_depth))
+	if (!iwarp && (vcm_qp_modify(st, IBV_QPS_RTR, param->responder_resources) ||
+		       vcm_qp_modify(st, IBV_QPS_RTS, param->initiator_depth)))
 		return -1;
 	vcm_param_to_rdma(&rp, param, id->id.qp->qp_num);
+	if (iwarp)
+		vcm_iwarp_clamp_depths(st, &rp);
 	if (verbs_ret_errno(rdma_accept(st->rid, &rp)))
 		return -1;
+	if (iwarp)
+		verbs_qp_set_state(id->id.qp, FERRY_QPS_RTS);
 	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, NULL);
 	return 0;
 }
@@ -528,6 +607,17 @@ static void vcm_on_response(struct vcm_id *st, const struct ferry_conn_param *pa
 	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, param);
 }
 
+/* iWARP client: iw_cm moved the QP to RTS before this ESTABLISHED. */
+static void vcm_on_iwarp_established(struct vcm_id *st, const struct ferry_conn_param *param)
+{
+	struct cm_id_priv *id = st->id;
+
+	st->established = true;
+	if (id->id.qp)
+		verbs_qp_set_state(id->id.qp, FERRY_QPS_RTS);
+	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, param);
+}
+
 /* One rdma_cm event, already acked: everything needed was copied. */
 static void vcm_dispatch(struct vcm_id *st, struct rdma_cm_id *rid,
 			 enum rdma_cm_event_type type, int status,
@@ -535,7 +625,7 @@ static void vcm_dispatch(struct vcm_id *st, struct rdma_cm_id *rid,
 {
 	struct cm_id_priv *id = st->id;
 
-	status = vcm_status(type, status);
+	status = vcm_status(st, type, status);
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		memcpy(&id->id.route.addr.src_addr, rdma_get_local_addr(rid),
@@ -569,6 +659,10 @@ static void vcm_dispatch(struct vcm_id *st, struct rdma_cm_id *rid,
 		vcm_on_response(st, param);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
+		if (!st->passive && vcm_iwarp(st)) {
+			vcm_on_iwarp_established(st, param);
+			break;
+		}
 		/* the server reported it at accept; now the IB CM can disconnect */
 		st->established = true;
 		if (st->disconnect_pending && rdma_disconnect(rid))

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -54,6 +55,44 @@ const char *tu_transport(void)
 bool tu_on_shm(void)
 {
 	return strcmp(tu_transport(), "shm") == 0;
+}
+
+/* The node type sysfs gives the RDMA device @name (4: an RNIC), or -1. */
+static int tu_sysfs_node_type(const char *name)
+{
+	char path[256];
+	int type = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/node_type", name);
+	f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%d", &type) != 1)
+			type = -1;
+		fclose(f);
+	}
+	return type;
+}
+
+bool tu_on_iwarp(void)
+{
+	struct ferry_device **list;
+	const char *name = NULL;
+	bool iwarp = false;
+	int n = 0, i;
+
+	if (strcmp(tu_transport(), "verbs") != 0)
+		return false;
+	list = ferry_get_device_list(&n);
+	for (i = 0; list && i < n && !name; i++) {
+		if (strncmp(ferry_get_device_name(list[i]), "verbs:", 6) == 0)
+			name = ferry_get_device_name(list[i]) + 6;
+	}
+	if (name)
+		iwarp = tu_sysfs_node_type(name) == 4;
+	if (list)
+		ferry_free_device_list(list);
+	return iwarp;
 }
 
 /* Build an end; returns NULL on success or a description of what failed. */

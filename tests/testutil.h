@@ -78,6 +78,13 @@ struct tu_remote {
 const char *tu_transport(void);
 bool tu_on_shm(void);
 
+/*
+ * tu_on_iwarp - on verbs, is ferry's first RDMA device an RNIC (sysfs
+ * node_type 4, e.g. Linux siw)?  Tests of what iWARP lacks (RNR retries,
+ * the IB CM's reasons, a manual RTR) skip there and say why.
+ */
+bool tu_on_iwarp(void);
+
 /* --- in the test process (ck_assert on failure) --- */
 
 void tu_end_open(struct tu_end *e, const struct tu_opts *o);

@@ -13,6 +13,15 @@
  * Enum values, flag bits and the SGE layout equal libibverbs', so most
  * translations are plain copies; verbs.c asserts that at compile time.
  *
+ * iWARP.  On an RNIC (transport IBV_TRANSPORT_IWARP) the kernel's iw_cm
+ * moves a QP to RTS itself when rdma_accept / the connect reply binds it to
+ * its TCP stream; user space never makes that step, and an iWARP QP has no
+ * RTR of its own.  Linux siw does not even report a QP's state
+ * (ibv_query_qp's qp_state is left unset), so on iWARP the state ferry
+ * keeps in qp->state is all there is: what ferry_modify_qp set, or what the
+ * CM noted with verbs_qp_set_state.  ferry_qp_exchange (a manual RTR)
+ * cannot work there and fails with EOPNOTSUPP.
+ *
  * Errors.  libibverbs mixes conventions: some calls return an errno value
  * (positive, or negative in some providers), others NULL or -1 with errno
  * set.  Every ibv call of this provider goes through one of the verbs_ret*
@@ -50,6 +59,7 @@ struct verbs_device {
 	struct ferry_device dev;	/* name "verbs:<ibv device name>" */
 	struct ibv_context *ibv;	/* librdmacm's: never closed by ferry */
 	uint8_t port;			/* the port ferry uses: first active one */
+	bool iwarp;			/* an RNIC: see "iWARP" above */
 	pthread_mutex_t lock;		/* the lazily made fields below */
 	int max_inline;			/* probed; -1 until known */
 	struct verbs_ctx *shared;	/* context handed to the CM, or NULL */

@@ -80,6 +80,7 @@ static void verbs_devices_init(void)
 		vdev->dev.provider_data = list[i]->device;
 		vdev->ibv = list[i];
 		vdev->port = verbs_pick_port(list[i]);
+		vdev->iwarp = list[i]->device->transport_type == IBV_TRANSPORT_IWARP;
 		vdev->max_inline = -1;
 		pthread_mutex_init(&vdev->lock, NULL);
 	}

@@ -123,6 +123,12 @@ int verbs_qp_exchange(struct ferry_qp *fqp, int sock, uint32_t *peer_qpn)
 
 	if (__atomic_load_n(&fqp->state, __ATOMIC_ACQUIRE) != FERRY_QPS_INIT)
 		return ERR(EINVAL);
+	if (vdev->iwarp) {
+		/* iw_cm alone binds an iWARP QP to its TCP stream: no manual RTR. */
+		ferry_info("verbs: QP %u is on iWARP device %s: connect it with the CM",
+			   fqp->qp_num, vdev->dev.name);
+		return ERR(EOPNOTSUPP);
+	}
 	if (verbs_ret(ibv_query_port(vdev->ibv, vdev->port, &port)))
 		return -1;
 	gid_index = verbs_local_gid(vdev, &gid);

@@ -131,13 +131,21 @@ int verbs_destroy_qp(struct ferry_qp *fqp)
 	return 0;
 }
 
-/* The QP's state as the device sees it (it may have gone to ERR by itself). */
+static bool verbs_qp_on_iwarp(const struct verbs_qp *qp)
+{
+	return to_vctx(qp->qp.context)->vdev->iwarp;
+}
+
+/*
+ * The QP's state as the device sees it (it may have gone to ERR by
+ * itself); on iWARP, where the device does not say, ferry's record.
+ */
 static enum ferry_qp_state verbs_qp_device_state(struct verbs_qp *qp)
 {
 	struct ibv_qp_init_attr init;
 	struct ibv_qp_attr attr;
 
-	if (ibv_query_qp(qp->ibv, &attr, IBV_QP_STATE, &init))
+	if (verbs_qp_on_iwarp(qp) || ibv_query_qp(qp->ibv, &attr, IBV_QP_STATE, &init))
 		return qp->qp.state;
 	return (enum ferry_qp_state)attr.qp_state;
 }
@@ -155,6 +163,15 @@ int verbs_qp_sync_state(struct ferry_qp *fqp)
 	__atomic_store_n(&fqp->state, verbs_qp_device_state(qp), __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&qp->lock);
 	return 0;
+}
+
+void verbs_qp_set_state(struct ferry_qp *fqp, enum ferry_qp_state state)
+{
+	struct verbs_qp *qp = to_vqp(fqp);
+
+	pthread_mutex_lock(&qp->lock);
+	__atomic_store_n(&fqp->state, state, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&qp->lock);
 }
 
 /* Values the state-machine table does not check; 0 or an errno value. */
@@ -312,6 +329,8 @@ int verbs_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
 		pthread_mutex_unlock(&qp->lock);
 		return -1;
 	}
+	if (verbs_qp_on_iwarp(qp))
+		ia.qp_state = (enum ibv_qp_state)fqp->state;	/* siw leaves it unset */
 	__atomic_store_n(&fqp->state, (enum ferry_qp_state)ia.qp_state, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&qp->lock);
 

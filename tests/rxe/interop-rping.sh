@@ -2,11 +2,12 @@
 # interop-rping.sh - ferry-ping against rdma-core's rping over the verbs
 # transport, in both directions, with -V validation: ferry-ping -s with
 # rping -c, and rping -s with ferry-ping -c.  Run INSIDE the Soft-RoCE VM
-# (tests/rxe/rxe-vm.sh), from the top of the build tree:
+# or the SoftiWARP one (tests/rxe/rxe-vm.sh [--siw]), from the top of the
+# build tree:
 #
-#   tests/rxe/rxe-vm.sh -- tests/rxe/interop-rping.sh
+#   tests/rxe/rxe-vm.sh [--siw] -- tests/rxe/interop-rping.sh
 #
-# Environment: RXE_ADDR (default 10.0.2.15, the VM's address on rxe0),
+# Environment: RXE_ADDR (default 10.0.2.15, the VM's address on rxe0/siw0),
 # FERRY_PING (default ./tools/ferry-ping), RXE_PING_COUNT (default 50).
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (the reason is
 # printed).
@@ -23,8 +24,8 @@ failed=0
 
 [ -x "$ping" ] || skip "$ping is not built"
 command -v rping >/dev/null || skip "rping (rdmacm-utils) is not installed"
-command -v ibv_devices >/dev/null && ! ibv_devices 2>/dev/null | grep -q rxe &&
-	skip "no rxe device: run this inside the Soft-RoCE VM (tests/rxe/rxe-vm.sh)"
+command -v ibv_devices >/dev/null && ! ibv_devices 2>/dev/null | grep -qE 'rxe|siw' &&
+	skip "no rxe or siw device: run this inside the VM of tests/rxe/rxe-vm.sh [--siw]"
 
 export FERRY_TRANSPORT=verbs
 tmp=$(mktemp -d)

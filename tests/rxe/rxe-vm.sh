@@ -11,6 +11,8 @@
 # first --siw run compiles it from Debian's kernel source for the VM's
 # kernel (packages linux-source-6.1 and linux-headers-<that kernel>; a skip
 # naming them when missing) and keeps the module in the cache below.
+# --siw-packages prints those two package names, for the VM's kernel as
+# apt-cache knows it now, and exits (setup.sh's siw stage installs them).
 #
 # The guest mounts this machine's root file system read-only over 9p, so the
 # same paths, binaries and libraries work inside; it gets a private /tmp,
@@ -36,7 +38,7 @@
 set -euo pipefail
 
 prog=rxe-vm
-mem=2048 smp=2 timeout=600 prepare_only=0 siw=0
+mem=2048 smp=2 timeout=600 prepare_only=0 siw=0 siw_packages_only=0
 rw_dirs=()
 
 skip() { echo "$prog: SKIP: $*" >&2; exit 77; }
@@ -50,13 +52,15 @@ while [ $# -gt 0 ]; do
 	--smp) smp=$2; shift 2 ;;
 	--timeout) timeout=$2; shift 2 ;;
 	--prepare) prepare_only=1; shift ;;
+	--siw-packages) siw_packages_only=1; shift ;;
 	--) shift; break ;;
 	-h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) die "unknown option $1 (see --help)" ;;
 	*) break ;;
 	esac
 done
-[ $# -gt 0 ] || [ $prepare_only = 1 ] || die "no command given (see --help)"
+[ $# -gt 0 ] || [ $prepare_only = 1 ] || [ $siw_packages_only = 1 ] ||
+	die "no command given (see --help)"
 
 # --- what the host must have ---------------------------------------------
 
@@ -90,6 +94,16 @@ kernel_package() {
 	apt-cache depends linux-image-amd64 2>/dev/null |
 		sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -n 1
 }
+
+# The packages siw_module needs for the kernel linux-image-amd64 points at.
+siw_packages() {
+	local ver
+	ver=$(kernel_package)
+	ver=${ver#linux-image-}
+	[ -n "$ver" ] || die "apt-cache knows no linux-image-amd64: cannot tell the VM's kernel"
+	echo "linux-source-$(echo "$ver" | cut -d. -f1,2) linux-headers-$ver"
+}
+[ $siw_packages_only = 1 ] && { siw_packages; exit 0; }
 
 # --- the initramfs ----------------------------------------------------------
 

@@ -56,7 +56,16 @@ static inline void *verbs_ptr(void *obj, int fallback_errno)
 bool verbs_is_context(const struct ferry_context *ctx);
 /* The ibv QP behind @qp, a QP of a verbs context (verbs_is_context). */
 struct ibv_qp *verbs_ibv_qp(struct ferry_qp *qp);
-/* Refresh qp->state from the ibv QP (librdmacm moves CM QPs itself). */
+/*
+ * Refresh qp->state from the ibv QP (librdmacm moves CM QPs itself).  On
+ * iWARP the device cannot tell: qp->state is kept as it is.
+ */
 int verbs_qp_sync_state(struct ferry_qp *qp);
+/*
+ * verbs_qp_set_state - note a state the kernel gave @qp without ferry_modify_qp
+ * (iWARP: RTS once iw_cm connected it).  Only for devices that cannot
+ * report it: verbs_qp_sync_state serves the others.
+ */
+void verbs_qp_set_state(struct ferry_qp *qp, enum ferry_qp_state state);
 
 #endif /* FERRY_VERBS_EXPORT_H */
