@@ -538,10 +538,14 @@ static bool tcp_rx_feed(struct tcp_qp *qp)
 /* The stall timer: a partial FPDU is in the parser since when? */
 static void tcp_rx_note_partial(struct tcp_qp *qp)
 {
-	if (!qp->parser.have || qp->qp.state == FERRY_QPS_ERR) {
+	const struct tcpw_fpdu_parser *p = &qp->parser;
+
+	if (qp->rx_held)
+		return;		/* the RNR timer runs instead */
+	/* have == need: a whole FPDU, handed out, not a partial one. */
+	if (!p->have || (p->need && p->have == p->need) || qp->qp.state == FERRY_QPS_ERR) {
 		qp->partial_since_ns = 0;
-		if (!qp->rx_held)
-			__atomic_store_n(&qp->deadline_ns, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&qp->deadline_ns, 0, __ATOMIC_RELAXED);
 		return;
 	}
 	if (!qp->partial_since_ns) {

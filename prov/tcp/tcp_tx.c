@@ -199,7 +199,9 @@ static bool tcp_tx_seg_start(struct tcp_qp *qp, struct tcp_swqe *w)
 		first.to = w->remote_addr;
 	} else {
 		first.opcode = (w->flags & FERRY_SEND_SOLICITED) ? TCPW_OP_SEND_SE : TCPW_OP_SEND;
-		first.msn = ++qp->msn[TCPW_QN_SEND];
+		/* SEND_WITH_IMM: the Immediate Data goes first, with the MSN before. */
+		first.msn = qp->msn[TCPW_QN_SEND] + 1 +
+			    (w->opcode == FERRY_WR_SEND_WITH_IMM);
 	}
 	if (tcpw_segmenter_init(&qp->seg, &first, w->len, qp->mulpdu) < 0) {
 		/* TO + length past 2^64: the peer could not place it either. */
@@ -211,8 +213,14 @@ static bool tcp_tx_seg_start(struct tcp_qp *qp, struct tcp_swqe *w)
 	}
 	qp->seg_active = true;
 	qp->seg_tagged = first.opcode == TCPW_OP_WRITE;
-	if (w->opcode == FERRY_WR_SEND_WITH_IMM)
-		return tcp_tx_imm(qp, w, TCP_IMM_FOR_SEND, false);
+	if (w->opcode == FERRY_WR_SEND_WITH_IMM) {
+		if (!tcp_tx_imm(qp, w, TCP_IMM_FOR_SEND, false))
+			return false;
+		qp->msn[TCPW_QN_SEND]++;	/* the SEND's */
+		return true;
+	}
+	if (first.opcode != TCPW_OP_WRITE)
+		qp->msn[TCPW_QN_SEND]++;
 	return tcp_tx_seg(qp);
 }
 
