@@ -484,6 +484,79 @@ START_TEST(test_tcp_rfc7306_only_when_agreed)
 }
 END_TEST
 
+/*
+ * A READ posted while a 64 MiB SEND is in flight towards its poster
+ * completes first.  b's progress thread is held while the SEND starts,
+ * so the SEND cannot end (the socket buffers hold far less than 64 MiB)
+ * before a has the READ Request: its Response must cut into the SEND.
+ */
+START_TEST(test_tcp_read_completes_before_send)
+{
+	struct tt_opts o = { .buf_len = 65u << 20, .rnr_retry = 7 };
+	uint32_t big = 64u << 20;
+	struct tt_end a, b;
+	struct ferry_wc wc;
+
+	tt_pair(&a, &b, &o);
+	tu_fill(a.buf + big, 8192, 11);
+	ck_assert_int_eq(tu_post_recv1(b.qp, 1, b.buf, big, b.mr->lkey), 0);
+	tcp_progress_pause(b.ctx, true);
+	ck_assert_int_eq(tu_post_send1(a.qp, 2, FERRY_WR_SEND, FERRY_SEND_SIGNALED, a.buf, big,
+				       a.mr->lkey, 0, 0), 0);
+	/* Posted from this thread, the READ Request leaves at once. */
+	ck_assert_int_eq(tu_post_send1(b.qp, 3, FERRY_WR_RDMA_READ, FERRY_SEND_SIGNALED,
+				       b.buf + big, 8192, b.mr->lkey, (uintptr_t)a.buf + big,
+				       a.mr->rkey), 0);
+	tcp_progress_pause(b.ctx, false);
+	tu_poll1(b.cq, &wc);
+	ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+	ck_assert_msg(wc.wr_id == 3, "the SEND (%llu) completed before the READ",
+		      (unsigned long long)wc.wr_id);
+	ck_assert(tu_check(b.buf + big, 8192, 11));
+	tu_poll1(b.cq, &wc);
+	ck_assert_int_eq(wc.wr_id, 1);
+	ck_assert_int_eq(wc.byte_len, big);
+	tu_poll1(a.cq, &wc);
+	ck_assert_int_eq(wc.wr_id, 2);
+	ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+	tt_pair_close(&a, &b);
+}
+END_TEST
+
+/* WRITEs land while the application computes (no poll, no post), and
+ * an idle connection wakes nobody. */
+START_TEST(test_tcp_progress_without_application)
+{
+	struct tt_opts o = { .rnr_retry = 7 };
+	volatile uint8_t *seen;
+	struct tt_end a, b;
+	struct ferry_wc wc;
+	uint64_t t1, t2, until;
+
+	tt_pair(&a, &b, &o);
+	seen = b.buf + 100;
+	a.buf[0] = 0x42;
+	ck_assert_int_eq(tu_post_send1(a.qp, 1, FERRY_WR_RDMA_WRITE, 0, a.buf, 1, a.mr->lkey,
+				       (uintptr_t)b.buf + 100, b.mr->rkey), 0);
+	until = tu_now_ms() + TU_WAIT_MS;
+	while (*seen != 0x42 && tu_now_ms() < until)
+		;	/* b's application only looks at memory */
+	ck_assert_int_eq(*seen, 0x42);
+	ck_assert_int_eq(tu_post_send1(a.qp, 2, FERRY_WR_SEND, FERRY_SEND_SIGNALED, a.buf, 1,
+				       a.mr->lkey, 0, 0), 0);
+	ck_assert_int_eq(tu_post_recv1(b.qp, 3, b.buf, 1, b.mr->lkey), 0);
+	tu_poll1(a.cq, &wc);
+	tu_poll1(b.cq, &wc);
+	tu_sleep_ms(100);
+	t1 = tcp_progress_turns(a.ctx) + tcp_progress_turns(b.ctx);
+	tu_sleep_ms(300);
+	t2 = tcp_progress_turns(a.ctx) + tcp_progress_turns(b.ctx);
+	ck_assert_msg(t2 == t1, "idle progress threads turned %llu times",
+		      (unsigned long long)(t2 - t1));
+	tt_pair_close(&a, &b);
+}
+END_TEST
+
 Suite *tcp_suite(void)
 {
 	Suite *s = suite_create("tcp");
@@ -496,6 +569,8 @@ Suite *tcp_suite(void)
 	tcase_add_test(ops, test_tcp_rdma_both_ways);
 	tcase_add_test(ops, test_tcp_unsignaled);
 	tcase_add_test(ops, test_tcp_segments_to_mss);
+	tcase_add_test(ops, test_tcp_read_completes_before_send);
+	tcase_add_test(ops, test_tcp_progress_without_application);
 	tcase_add_test(ops, test_tcp_channel_solicited);
 	tcase_add_test(ops, test_tcp_states);
 	tcase_add_test(ops, test_tcp_rfc7306_only_when_agreed);

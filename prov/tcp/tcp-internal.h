@@ -383,6 +383,9 @@ void tcp_progress_want_out(struct tcp_qp *qp, bool on);
 /* Wake the thread: it looks at @qp's timers and held FPDU again. */
 void tcp_progress_kick(struct tcp_qp *qp);
 void tcp_progress_stop(struct tcp_context *ctx);
+/* For tests: turns the thread has made; stop it between turns, or not. */
+uint64_t tcp_progress_turns(struct ferry_context *ctx);
+void tcp_progress_pause(struct ferry_context *ctx, bool pause);
 unsigned int tcp_stall_ms(void);
 
 #endif /* FERRY_TCP_INTERNAL_H */

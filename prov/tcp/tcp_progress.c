@@ -35,6 +35,7 @@ struct tcp_progress {
 	struct tcp_qp *qps;		/* every QP registered */
 	uint64_t seq;			/* turns completed */
 	bool stop;
+	bool paused;			/* tests: the NIC stops between turns */
 };
 
 unsigned int tcp_stall_ms(void)
@@ -168,6 +169,8 @@ static void *tcp_progress_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		p->seq++;
 		pthread_cond_broadcast(&p->turned);
+		while (p->paused && !p->stop)
+			pthread_cond_wait(&p->turned, &p->lock);
 		if (p->stop) {
 			pthread_mutex_unlock(&p->lock);
 			return NULL;
@@ -271,6 +274,7 @@ void tcp_progress_stop(struct tcp_context *tc)
 		return;
 	pthread_mutex_lock(&p->lock);
 	p->stop = true;
+	pthread_cond_broadcast(&p->turned);
 	pthread_mutex_unlock(&p->lock);
 	tcp_progress_wake(p);
 	pthread_join(p->thread, NULL);
@@ -280,4 +284,37 @@ void tcp_progress_stop(struct tcp_context *tc)
 	pthread_cond_destroy(&p->turned);
 	free(p);
 	tc->prog = NULL;
+}
+
+uint64_t tcp_progress_turns(struct ferry_context *ctx)
+{
+	struct tcp_progress *p = to_tctx(ctx)->prog;
+	uint64_t seq;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	seq = p->seq;
+	pthread_mutex_unlock(&p->lock);
+	return seq;
+}
+
+void tcp_progress_pause(struct ferry_context *ctx, bool pause)
+{
+	struct tcp_progress *p = to_tctx(ctx)->prog;
+	uint64_t seq;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->paused = pause;
+	seq = p->seq;
+	pthread_cond_broadcast(&p->turned);
+	if (pause) {
+		/* Return once the thread is between turns, stopped. */
+		tcp_progress_wake(p);
+		while (p->seq == seq)
+			pthread_cond_wait(&p->turned, &p->lock);
+	}
+	pthread_mutex_unlock(&p->lock);
 }

@@ -363,7 +363,7 @@ static enum tcp_rx_verdict tcp_rx_send(struct tcp_qp *qp, const struct tcpw_seg 
 	if (s->opcode == TCPW_OP_SEND_INV || s->opcode == TCPW_OP_SEND_SE_INV)
 		return tcp_rx_violation(qp, TCPW_LAYER_RDMAP, TCP_TERM_RDMAP_OP,
 					TCP_TERM_UNEXPECTED_OP, f, "SEND with Invalidate");
-	if (!qp->recv_active && qp->rq_cons == qp->rq_prod)
+	if (!qp->recv_active && !s->mo && qp->rq_cons == qp->rq_prod)
 		return TCP_RX_HOLD;
 	v = tcp_rx_reasm(qp, &qp->reasm_q[TCPW_QN_SEND], s, f, &total);
 	if (v != TCP_RX_OK)
