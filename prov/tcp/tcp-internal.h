@@ -258,6 +258,7 @@ struct tcp_qp {
 	bool seg_tagged;		/* it is a WRITE: no READ Response may cut in */
 	uint32_t msn[4];		/* last MSN sent per queue */
 	bool fence_wanted;
+	uint32_t resp_run;		/* Response FPDUs sent in a row */
 	struct tcp_orq orq[TCP_MAX_RD];
 	uint32_t orq_head, orq_tail;	/* [tail, head) outstanding */
 	uint32_t next_req_id;

@@ -24,6 +24,7 @@
 #include "tcp-internal.h"
 
 #define TCP_TX_BURST	64
+#define TCP_RESP_RUN	8	/* Response FPDUs before one of the SQ */
 #define TCP_IMM_FOR_SEND 1u	/* Immediate Data flag: it belongs to the SEND after it */
 
 static uint32_t tcp_orq_cap(const struct tcp_qp *qp)
@@ -392,24 +393,11 @@ static bool tcp_tx_response(struct tcp_qp *qp)
 	return tcp_tx_seal(qp, &s, len);
 }
 
-/* Choose and build the next FPDU into txbuf; false: nothing to send now. */
-static bool tcp_tx_next(struct tcp_qp *qp)
+/* The next FPDU of the SQ (and the fences it needs); false: none now. */
+static bool tcp_tx_sq_next(struct tcp_qp *qp)
 {
 	enum ferry_qp_state st = qp->qp.state;
 
-	if (qp->tx_shut)
-		return false;
-	if (qp->term_pending)
-		return tcp_tx_terminate_fpdu(qp);
-	if (st == FERRY_QPS_ERR || st < FERRY_QPS_RTR)
-		return false;
-	if (qp->rtr_pending)
-		return tcp_tx_rtr(qp);
-	if (qp->hold_tx)
-		return false;
-	if (qp->irq_tail != qp->irq_head &&
-	    (qp->irq[qp->irq_tail % TCP_MAX_RD].atomic || !qp->seg_tagged))
-		return tcp_tx_response(qp);
 	if (st != FERRY_QPS_RTS && !(st == FERRY_QPS_SQD && (qp->seg_active || qp->imm_after)))
 		return false;
 	if (qp->imm_after) {
@@ -426,6 +414,48 @@ static bool tcp_tx_next(struct tcp_qp *qp)
 	if (qp->sq_tx == qp->sq_head || st != FERRY_QPS_RTS)
 		return false;
 	return tcp_tx_start(qp);
+}
+
+/* May the Response at the IRQ's head go now? */
+static bool tcp_tx_response_ready(const struct tcp_qp *qp)
+{
+	return qp->irq_tail != qp->irq_head && qp->qp.state != FERRY_QPS_ERR &&
+	       (qp->irq[qp->irq_tail % TCP_MAX_RD].atomic || !qp->seg_tagged);
+}
+
+/*
+ * Choose and build the next FPDU into txbuf; false: nothing to send now.
+ * Responses go first, but after TCP_RESP_RUN of them in a row one FPDU
+ * of the SQ does (siw's rule, roughly): a peer that keeps asking cannot
+ * starve our own sends.
+ */
+static bool tcp_tx_next(struct tcp_qp *qp)
+{
+	enum ferry_qp_state st = qp->qp.state;
+
+	if (qp->tx_shut)
+		return false;
+	if (qp->term_pending)
+		return tcp_tx_terminate_fpdu(qp);
+	if (st == FERRY_QPS_ERR || st < FERRY_QPS_RTR)
+		return false;
+	if (qp->rtr_pending)
+		return tcp_tx_rtr(qp);
+	if (qp->hold_tx)
+		return false;
+	if (tcp_tx_response_ready(qp) && qp->resp_run < TCP_RESP_RUN) {
+		qp->resp_run++;
+		return tcp_tx_response(qp);
+	}
+	if (tcp_tx_sq_next(qp)) {
+		qp->resp_run = 0;
+		return true;
+	}
+	if (tcp_tx_response_ready(qp)) {
+		qp->resp_run++;
+		return tcp_tx_response(qp);
+	}
+	return qp->term_pending && tcp_tx_terminate_fpdu(qp);
 }
 
 /* The FPDU that ended a SEND or WRITE is written: on the wire now. */
