@@ -12,6 +12,8 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <check.h>
 
@@ -557,6 +559,45 @@ START_TEST(test_tcp_progress_without_application)
 }
 END_TEST
 
+/* Without CRC (both sides said so) the CRC field is zero and unchecked. */
+START_TEST(test_tcp_without_crc)
+{
+	struct tt_opts o = { .rnr_retry = 7, .no_crc = true };
+	struct tt_end a, b;
+
+	tt_pair(&a, &b, &o);
+	tt_send_both_ways(&a, &b, 12);
+	tt_rdma_one_way(&b, &a, 13);
+	tt_pair_close(&a, &b);
+}
+END_TEST
+
+/* A Request that wants markers is rejected with R set, markers clear. */
+START_TEST(test_tcp_mpa_markers_declined)
+{
+	struct tcpw_mpa_frame req = { .kind = TCPW_MPA_REQ, .rev = 2, .markers = true,
+				      .enhanced = true, .ird = 1, .ord = 1 }, rep;
+	uint8_t buf[TCPW_MPA_HDR_LEN + TCPW_MPA_PD_MAX];
+	struct tcpw_mpa_local local;
+	struct tcp_attach conn;
+	size_t len;
+	int fa, fb;
+
+	tt_tcp_pair(&fa, &fb, 0);
+	ck_assert_int_eq(tcpw_mpa_encode(&req, buf, sizeof(buf), &len), 0);
+	ck_assert_int_eq(send(fa, buf, len, 0), (ssize_t)len);
+	ferry_tcp_mpa_local_default(&local);
+	ck_assert_int_eq(ferry_tcp_mpa_respond(fb, &local, 7, &conn), -1);
+	ck_assert_int_eq(errno, ECONNREFUSED);
+	len = (size_t)recv(fa, buf, sizeof(buf), 0);
+	ck_assert_int_eq(tcpw_mpa_decode(buf, len, TCPW_MPA_REP, &rep), 0);
+	ck_assert(rep.reject);
+	ck_assert(!rep.markers);
+	close(fa);
+	close(fb);
+}
+END_TEST
+
 Suite *tcp_suite(void)
 {
 	Suite *s = suite_create("tcp");
@@ -574,6 +615,8 @@ Suite *tcp_suite(void)
 	tcase_add_test(ops, test_tcp_channel_solicited);
 	tcase_add_test(ops, test_tcp_states);
 	tcase_add_test(ops, test_tcp_rfc7306_only_when_agreed);
+	tcase_add_test(ops, test_tcp_without_crc);
+	tcase_add_test(ops, test_tcp_mpa_markers_declined);
 	suite_add_tcase(s, ops);
 	tcase_add_test(faults, test_tcp_write_bad_stag);
 	tcase_add_test(faults, test_tcp_write_out_of_bounds);

@@ -112,11 +112,13 @@ void tt_pair(struct tt_end *a, struct tt_end *b, const struct tt_opts *o)
 	tt_end_open(b, o);
 	tt_tcp_pair(&fa, &fb, o->mss);
 	ferry_tcp_mpa_local_default(&local);
+	local.want_crc = !o->no_crc;
 	/* Sequential in one thread: each frame fits the socket buffers. */
 	ck_assert_int_eq(ferry_tcp_mpa_request(fa, &local, o->rnr_retry), 0);
 	ck_assert_int_eq(ferry_tcp_mpa_respond(fb, &local, 7, &cb), 0);
 	ck_assert_int_eq(ferry_tcp_mpa_finish(fa, &local, o->rnr_retry, &ca), 0);
-	ck_assert(ca.mpa.crc && cb.mpa.crc);
+	ck_assert_int_eq(ca.mpa.crc, !o->no_crc);
+	ck_assert_int_eq(cb.mpa.crc, !o->no_crc);
 	ck_assert(ca.rfc7306 && cb.rfc7306);
 	ck_assert_int_eq(cb.peer_rnr_retry, o->rnr_retry);
 	if (o->no_rfc7306)

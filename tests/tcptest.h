@@ -36,6 +36,7 @@ struct tt_opts {
 	uint8_t rnr_retry;		/* the initiator's (a) */
 	uint8_t min_rnr_timer;		/* the responder's (b) */
 	bool no_rfc7306;		/* join as if the peer were siw */
+	bool no_crc;			/* neither side asks for CRC32c */
 };
 
 void tt_end_open(struct tt_end *e, const struct tt_opts *o);
