@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -612,6 +613,30 @@ START_TEST(test_tcp_mpa_markers_declined)
 }
 END_TEST
 
+/* A child of fork lets go of its copies; the parent's connection lives on. */
+START_TEST(test_tcp_fork_child_lets_go)
+{
+	struct tt_opts o = { .rnr_retry = 7 };
+	struct tt_end a, b;
+	int status;
+	pid_t pid;
+
+	tt_pair(&a, &b, &o);
+	pid = fork();
+	ck_assert(pid >= 0);
+	if (pid == 0) {
+		int rc = ferry_destroy_qp(a.qp) | ferry_destroy_qp(b.qp) |
+			 ferry_close_device(a.ctx) | ferry_close_device(b.ctx);
+
+		_exit(rc ? 1 : 0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	tt_send_both_ways(&a, &b, 14);
+	tt_pair_close(&a, &b);
+}
+END_TEST
+
 Suite *tcp_suite(void)
 {
 	Suite *s = suite_create("tcp");
@@ -631,6 +656,7 @@ Suite *tcp_suite(void)
 	tcase_add_test(ops, test_tcp_rfc7306_only_when_agreed);
 	tcase_add_test(ops, test_tcp_without_crc);
 	tcase_add_test(ops, test_tcp_mpa_markers_declined);
+	tcase_add_test(ops, test_tcp_fork_child_lets_go);
 	suite_add_tcase(s, ops);
 	tcase_add_test(faults, test_tcp_write_bad_stag);
 	tcase_add_test(faults, test_tcp_write_out_of_bounds);

@@ -53,6 +53,7 @@
 #define TCP_MAX_CQE		(1 << 20)
 #define TCP_MAX_MR_SIZE		(1ull << 40)
 #define TCP_MAX_RD		16u	/* IRD and ORD we offer */
+#define TCP_RDBUF_SIZE		65536	/* one read(2) from a socket */
 /* A partial FPDU that makes no progress for this long ends the stream
  * (a peer stalling mid-FPDU would hold the QP forever).  ms; the
  * environment's FERRY_TCP_STALL_MS overrides it. */

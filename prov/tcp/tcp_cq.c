@@ -180,7 +180,8 @@ void tcp_cq_push(struct tcp_cq *cq, const struct ferry_wc *wc, bool solicited)
 		cq->overrun = true;
 	} else {
 		cq->ring[(cq->head + cq->count) % cq->size] = *wc;
-		cq->count++;
+		/* Stored atomically for tcp_poll_cq's peek without the lock. */
+		__atomic_store_n(&cq->count, cq->count + 1, __ATOMIC_RELEASE);
 	}
 	/* Errors raise a solicited-only arm too, as on InfiniBand: whoever
 	 * waits must learn that the QP failed. */
@@ -202,7 +203,7 @@ int tcp_poll_cq(struct ferry_cq *fcq, int n, struct ferry_wc *wc)
 	while (got < n && cq->count) {
 		wc[got++] = cq->ring[cq->head];
 		cq->head = (cq->head + 1) % cq->size;
-		cq->count--;
+		__atomic_store_n(&cq->count, cq->count - 1, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&cq->lock);
 	return got;

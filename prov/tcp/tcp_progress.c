@@ -33,6 +33,7 @@ struct tcp_progress {
 	pthread_mutex_t lock;		/* the list, seq, stop */
 	pthread_cond_t turned;		/* seq moved */
 	struct tcp_qp *qps;		/* every QP registered */
+	pid_t pid;			/* the process the thread runs in */
 	uint64_t seq;			/* turns completed */
 	bool stop;
 	bool paused;			/* tests: the NIC stops between turns */
@@ -52,6 +53,16 @@ unsigned int tcp_stall_ms(void)
 	return ms;
 }
 
+/*
+ * In a child of fork() the thread is not there: nothing waits for it, and
+ * the child's QPs do not move (a tcp connection stays its parent's; the
+ * child only lets go of its copies).
+ */
+static bool tcp_progress_here(const struct tcp_progress *p)
+{
+	return p->pid == ferry_pid();
+}
+
 /* qp->lock held: the epoll registration the QP's state calls for. */
 static void tcp_progress_update(struct tcp_qp *qp)
 {
@@ -59,8 +70,8 @@ static void tcp_progress_update(struct tcp_qp *qp)
 	struct epoll_event ev = { .data.ptr = qp };
 	int op;
 
-	if (!p || qp->fd < 0 || qp->dying || !qp->in_epoll_list)
-		return;
+	if (!p || qp->fd < 0 || qp->dying || !qp->in_epoll_list || !tcp_progress_here(p))
+		return;		/* (a child of fork shares the parent's epoll set) */
 	if (!qp->rx_eof && !qp->rx_held)
 		ev.events |= EPOLLIN;
 	if (qp->want_out && !qp->tx_shut)
@@ -202,6 +213,7 @@ static struct tcp_progress *tcp_progress_start(struct tcp_context *tc)
 		pthread_cond_destroy(&p->turned);
 		goto err_close;
 	}
+	p->pid = ferry_pid();
 	tc->prog = p;
 	goto out;
 
@@ -245,7 +257,7 @@ void tcp_progress_remove(struct tcp_qp *qp)
 		pthread_mutex_unlock(&qp->lock);
 		return;
 	}
-	if (qp->in_epoll)
+	if (qp->in_epoll && tcp_progress_here(p))
 		epoll_ctl(p->epfd, EPOLL_CTL_DEL, qp->fd, NULL);
 	qp->in_epoll = qp->in_epoll_list = false;
 	qp->events = 0;
@@ -261,7 +273,7 @@ void tcp_progress_remove(struct tcp_qp *qp)
 	}
 	seq = p->seq;
 	tcp_progress_wake(p);
-	while (p->seq == seq && pthread_self() != p->thread)
+	while (p->seq == seq && tcp_progress_here(p) && !pthread_equal(pthread_self(), p->thread))
 		pthread_cond_wait(&p->turned, &p->lock);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -276,8 +288,10 @@ void tcp_progress_stop(struct tcp_context *tc)
 	p->stop = true;
 	pthread_cond_broadcast(&p->turned);
 	pthread_mutex_unlock(&p->lock);
-	tcp_progress_wake(p);
-	pthread_join(p->thread, NULL);
+	if (tcp_progress_here(p)) {
+		tcp_progress_wake(p);
+		pthread_join(p->thread, NULL);
+	}
 	close(p->epfd);
 	close(p->evfd);
 	pthread_mutex_destroy(&p->lock);
@@ -310,7 +324,7 @@ void tcp_progress_pause(struct ferry_context *ctx, bool pause)
 	p->paused = pause;
 	seq = p->seq;
 	pthread_cond_broadcast(&p->turned);
-	if (pause) {
+	if (pause && tcp_progress_here(p)) {
 		/* Return once the thread is between turns, stopped. */
 		tcp_progress_wake(p);
 		while (p->seq == seq)

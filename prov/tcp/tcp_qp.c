@@ -25,7 +25,7 @@
 
 #include "tcp-internal.h"
 
-#define TCP_RDBUF_SIZE	65536	/* one read(2) */
+#define TCP_KEEPALIVE_IDLE_S	60
 
 static uint32_t tcp_pow2(uint32_t n)
 {
@@ -370,6 +370,21 @@ void tcp_qp_stats(struct ferry_qp *fqp, struct tcp_qp_stats *stats_p)
 
 /* --- attach --- */
 
+/*
+ * A peer whose host vanished sends no FIN: the kernel's keepalive finds
+ * it (about a minute of silence, then 6 probes 5 s apart) and the reset
+ * takes the QP to ERR, at no cost to us while the peer answers.
+ */
+static void tcp_attach_keepalive(int fd)
+{
+	int one = 1, idle = TCP_KEEPALIVE_IDLE_S, intvl = 5, cnt = 6;
+
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
 /* The socket's MSS, after checking it is a connected TCP stream. */
 static int tcp_attach_mss(int fd, uint32_t *mss_p)
 {
@@ -383,6 +398,7 @@ static int tcp_attach_mss(int fd, uint32_t *mss_p)
 		return ERR(ENOTSOCK);
 	/* FPDUs are whole messages of ours: no reason to let Nagle hold one. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	tcp_attach_keepalive(fd);
 	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
 		return -1;
 	*mss_p = mss > 0 ? (uint32_t)mss : 536;

@@ -595,7 +595,7 @@ void tcp_rx_progress(struct tcp_qp *qp)
 
 		if (qp->qp.state != FERRY_QPS_ERR && qp->rd_off < qp->rd_len && !tcp_rx_feed(qp))
 			break;
-		n = recv(qp->fd, qp->rdbuf, 65536, MSG_DONTWAIT);
+		n = recv(qp->fd, qp->rdbuf, TCP_RDBUF_SIZE, MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
