@@ -109,10 +109,10 @@ START_TEST(test_tcp_send_both_ways)
 }
 END_TEST
 
-/* WRITE, WRITE_WITH_IMM, READ, compare-and-swap, fetch-and-add, x to y. */
-static void tt_rdma_one_way(struct tt_end *x, struct tt_end *y, unsigned int seed)
+/* WRITE, WRITE_WITH_IMM, x to y. */
+static void tt_write_one_way(struct tt_end *x, struct tt_end *y, unsigned int seed)
 {
-	uint64_t raddr = (uintptr_t)y->buf, *target = (uint64_t *)(y->buf + 32768);
+	uint64_t raddr = (uintptr_t)y->buf;
 	struct ferry_wc wc;
 
 	tu_fill(x->buf, 2000, seed);
@@ -143,6 +143,13 @@ static void tt_rdma_one_way(struct tt_end *x, struct tt_end *y, unsigned int see
 	ck_assert_int_eq(memcmp(y->buf + 4000, x->buf, 16), 0);
 	tu_poll1(x->cq, &wc);
 	ck_assert_int_eq(wc.wr_id, 12);
+}
+
+/* READ, compare-and-swap, fetch-and-add, x from y. */
+static void tt_read_one_way(struct tt_end *x, struct tt_end *y, unsigned int seed)
+{
+	uint64_t raddr = (uintptr_t)y->buf, *target = (uint64_t *)(y->buf + 32768);
+	struct ferry_wc wc;
 
 	tu_fill(y->buf + 20000, 5000, seed + 1);
 	ck_assert_int_eq(tu_post_send1(x->qp, 13, FERRY_WR_RDMA_READ, FERRY_SEND_SIGNALED,
@@ -173,6 +180,12 @@ static void tt_rdma_one_way(struct tt_end *x, struct tt_end *y, unsigned int see
 	ck_assert_int_eq(wc.opcode, FERRY_WC_FETCH_ADD);
 	ck_assert_uint_eq(*(uint64_t *)(x->buf + 40000), 9);
 	ck_assert_uint_eq(*target, 109);
+}
+
+static void tt_rdma_one_way(struct tt_end *x, struct tt_end *y, unsigned int seed)
+{
+	tt_write_one_way(x, y, seed);
+	tt_read_one_way(x, y, seed);
 }
 
 START_TEST(test_tcp_rdma_both_ways)
