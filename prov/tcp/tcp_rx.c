@@ -616,9 +616,13 @@ void tcp_rx_timers(struct tcp_qp *qp, uint64_t now)
 {
 	uint64_t due = __atomic_load_n(&qp->deadline_ns, __ATOMIC_RELAXED);
 
-	if (!due || now < due || qp->qp.state == FERRY_QPS_ERR)
+	if (!due || now < due)
 		return;
+	/* Cleared whatever comes of it: a due timer left set would make the
+	 * progress thread spin. */
 	__atomic_store_n(&qp->deadline_ns, 0, __ATOMIC_RELAXED);
+	if (qp->qp.state == FERRY_QPS_ERR)
+		return;
 	if (qp->rx_held) {
 		qp->rx_held = false;
 		tcp_rx_violation(qp, TCPW_LAYER_DDP, TCP_TERM_DDP_UNTAGGED, TCP_TERM_NO_BUFFER,
