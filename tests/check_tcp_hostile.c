@@ -260,7 +260,7 @@ START_TEST(test_tcp_hostile_unannounced_atomic)
 }
 END_TEST
 
-/* A READ Response for a READ never asked; an atomic into another PD's MR. */
+/* A READ Response for a READ never asked. */
 START_TEST(test_tcp_hostile_unasked_response)
 {
 	struct tt_opts o = { .rnr_retry = 7 };
@@ -271,6 +271,70 @@ START_TEST(test_tcp_hostile_unasked_response)
 	tt_raw_pair(&e, &r, &o, true);
 	tt_raw_send(&r, &s, "x", 1, false);
 	tt_expect_term(&r, &e, TCPW_LAYER_DDP, TCP_TERM_DDP_TAGGED);
+	ck_assert(tu_all_bytes(e.buf, e.len, 0));
+	tt_raw_close(&r);
+	tt_end_close(&e);
+}
+END_TEST
+
+/* Atomics from a raw peer: applied and answered; misaligned or into
+ * another PD's region, refused with nothing changed. */
+START_TEST(test_tcp_hostile_atomics)
+{
+	struct tt_opts o = { .rnr_retry = 7 };
+	struct tcpw_seg s = { .opcode = TCPW_OP_ATOMIC_REQ, .last = true };
+	struct ferry_pd *other;
+	struct ferry_mr *elsewhere;
+	uint64_t *word;
+	struct tt_raw r;
+	struct tt_end e;
+
+	tt_raw_pair(&e, &r, &o, true);
+	word = (uint64_t *)(e.buf + 64);
+	*word = 40;
+	s.u.areq = (struct tcpw_atomic_req){ .op = TCPW_ATOMIC_FETCH_ADD, .req_id = 7,
+					     .stag = e.mr->rkey, .to = (uintptr_t)word,
+					     .swap_add = 2, .swap_add_mask = ~0ull };
+	tt_raw_send(&r, &s, NULL, 0, false);
+	ck_assert_int_eq(tt_raw_recv(&r, &s), 1);
+	ck_assert_int_eq(s.opcode, TCPW_OP_ATOMIC_RESP);
+	ck_assert_uint_eq(s.u.aresp.req_id, 7);
+	ck_assert_uint_eq(s.u.aresp.orig, 40);
+	ck_assert_uint_eq(*word, 42);
+
+	other = ferry_alloc_pd(e.ctx);
+	ck_assert(other);
+	elsewhere = ferry_reg_mr(other, e.buf + 4096, 4096, TU_ACCESS_ALL);
+	ck_assert(elsewhere);
+	s = (struct tcpw_seg){ .opcode = TCPW_OP_ATOMIC_REQ, .last = true };
+	s.u.areq = (struct tcpw_atomic_req){ .op = TCPW_ATOMIC_FETCH_ADD, .req_id = 8,
+					     .stag = elsewhere->rkey,
+					     .to = (uintptr_t)e.buf + 4096, .swap_add = 1,
+					     .swap_add_mask = ~0ull };
+	tt_raw_send(&r, &s, NULL, 0, false);
+	tt_expect_term(&r, &e, TCPW_LAYER_RDMAP, TCP_TERM_RDMAP_PROT);
+	ck_assert(tu_all_bytes(e.buf + 4096, 4096, 0));
+	ck_assert_int_eq(ferry_dereg_mr(elsewhere), 0);
+	ck_assert_int_eq(ferry_dealloc_pd(other), 0);
+	tt_raw_close(&r);
+	tt_end_close(&e);
+}
+END_TEST
+
+START_TEST(test_tcp_hostile_misaligned_atomic)
+{
+	struct tt_opts o = { .rnr_retry = 7 };
+	struct tcpw_seg s = { .opcode = TCPW_OP_ATOMIC_REQ, .last = true };
+	struct tt_raw r;
+	struct tt_end e;
+
+	tt_raw_pair(&e, &r, &o, true);
+	s.u.areq = (struct tcpw_atomic_req){ .op = TCPW_ATOMIC_CMP_SWAP, .req_id = 1,
+					     .stag = e.mr->rkey, .to = (uintptr_t)e.buf + 3,
+					     .swap_add = ~0ull, .swap_add_mask = ~0ull,
+					     .compare_mask = ~0ull };
+	tt_raw_send(&r, &s, NULL, 0, false);
+	tt_expect_term(&r, &e, TCPW_LAYER_RDMAP, TCP_TERM_RDMAP_PROT);
 	ck_assert(tu_all_bytes(e.buf, e.len, 0));
 	tt_raw_close(&r);
 	tt_end_close(&e);
@@ -290,5 +354,7 @@ void tcp_hostile_tcases(Suite *s)
 	tcase_add_test(tc, test_tcp_hostile_stall_mid_fpdu);
 	tcase_add_test(tc, test_tcp_hostile_unannounced_atomic);
 	tcase_add_test(tc, test_tcp_hostile_unasked_response);
+	tcase_add_test(tc, test_tcp_hostile_atomics);
+	tcase_add_test(tc, test_tcp_hostile_misaligned_atomic);
 	suite_add_tcase(s, tc);
 }
