@@ -47,7 +47,16 @@ static const struct ferry_provider *const core_providers[] = {
 #ifdef HAVE_VERBS
 	&ferry_verbs_provider,
 #endif
+	/* Last, and only where FERRY_TRANSPORT=tcp names it (core_only_named):
+	 * a tcp device must not change what existing programs get. */
+	&ferry_tcp_provider,
 };
+
+/* Providers used only when asked for by name. */
+static bool core_only_named(const struct ferry_provider *prov)
+{
+	return prov == &ferry_tcp_provider;
+}
 
 /* --- devices and contexts --- */
 
@@ -122,7 +131,7 @@ struct ferry_device **ferry_get_device_list(int *num_devices_p)
 	for (i = 0; any && i < FERRY_ARRAY_SIZE(core_providers); i++) {
 		const struct ferry_provider *prov = core_providers[i];
 
-		if (only && strcmp(prov->name, only) != 0)
+		if (only ? strcmp(prov->name, only) != 0 : core_only_named(prov))
 			continue;
 		if (core_collect_devices(prov, &list, &cap, &count))
 			goto err_free_list;
@@ -199,7 +208,7 @@ struct ferry_context *ferry_open_transport(const char *name)
 		const struct ferry_provider *prov = core_providers[i];
 		struct ferry_device *device;
 
-		if (name && strcmp(prov->name, name) != 0)
+		if (name ? strcmp(prov->name, name) != 0 : core_only_named(prov))
 			continue;
 		if (prov->get_devices(&device, 1) == 1)
 			return ferry_open_device(device);

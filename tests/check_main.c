@@ -42,6 +42,7 @@ int main(void)
 	srunner_add_suite(runner, config_suite());
 	srunner_add_suite(runner, stat_suite());
 	srunner_add_suite(runner, tcp_wire_suite());
+	srunner_add_suite(runner, tcp_suite());
 
 	srunner_set_fork_status(runner, CK_FORK);
 	srunner_run_all(runner, CK_NORMAL);

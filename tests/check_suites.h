@@ -29,5 +29,6 @@ Suite *repoll_suite(void);
 Suite *config_suite(void);
 Suite *stat_suite(void);
 Suite *tcp_wire_suite(void);
+Suite *tcp_suite(void);
 
 #endif /* FERRY_CHECK_SUITES_H */

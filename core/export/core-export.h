@@ -201,6 +201,7 @@ extern const struct ferry_provider ferry_shm_provider;
 #ifdef HAVE_VERBS
 extern const struct ferry_provider ferry_verbs_provider;
 #endif
+extern const struct ferry_provider ferry_tcp_provider;	/* FERRY_TRANSPORT=tcp only */
 
 /* --- qp_state.c: the RC state machine of ibverbs --- */
 

@@ -1,0 +1,210 @@
+/*
+ * tcp_cq.c - completion queues and completion channels of the tcp
+ * transport.
+ *
+ * A CQ is a ring of finished ferry_wc under a mutex: the progress thread
+ * and posters push, the application polls (busy polling costs no system
+ * call).  A channel is a pipe: an armed CQ that gets a completion writes
+ * its own address into it (8 bytes, below PIPE_BUF, so atomic), and
+ * ferry_get_cq_event reads one back -- blocking or not as the caller set
+ * the read end, as with ibverbs' channel fd.  A CQ with events not yet
+ * acknowledged cannot be destroyed (EBUSY), so no address in a pipe ever
+ * outlives its CQ.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tcp-internal.h"
+
+static inline struct tcp_channel *to_tch(struct ferry_comp_channel *ch)
+{
+	return container_of(ch, struct tcp_channel, ch);
+}
+
+struct ferry_comp_channel *tcp_create_comp_channel(struct ferry_context *ctx)
+{
+	struct tcp_channel *ch = calloc(1, sizeof(*ch));
+	int fds[2];
+
+	if (!ch)
+		return NULL;
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		free(ch);
+		return NULL;
+	}
+	/* The notifier never blocks; the reader decides for itself. */
+	fcntl(fds[1], F_SETFL, O_NONBLOCK);
+	ch->ch.context = ctx;
+	ch->ch.fd = fds[0];
+	ch->wfd = fds[1];
+	return &ch->ch;
+}
+
+int tcp_destroy_comp_channel(struct ferry_comp_channel *fch)
+{
+	struct tcp_channel *ch = to_tch(fch);
+
+	close(ch->ch.fd);
+	close(ch->wfd);
+	free(ch);
+	return 0;
+}
+
+static int tcp_channel_read(struct ferry_comp_channel *fch, struct ferry_cq **cq_p)
+{
+	struct ferry_cq *cq;
+	ssize_t n;
+
+	do
+		n = read(fch->fd, &cq, sizeof(cq));
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	if (n != sizeof(cq))
+		return ERR(EIO);	/* never: the pipe holds whole records */
+	*cq_p = cq;
+	return 0;
+}
+
+int tcp_get_cq_event(struct ferry_comp_channel *fch, struct ferry_cq **cq_p)
+{
+	return tcp_channel_read(fch, cq_p);
+}
+
+int tcp_poll_cq_event(struct ferry_comp_channel *fch, struct ferry_cq **cq_p)
+{
+	struct pollfd pfd = { .fd = fch->fd, .events = POLLIN };
+
+	if (poll(&pfd, 1, 0) <= 0)
+		return ERR(EAGAIN);
+	return tcp_channel_read(fch, cq_p);
+}
+
+struct ferry_cq *tcp_create_cq(struct ferry_context *ctx, int cqe, struct ferry_comp_channel *ch)
+{
+	struct tcp_cq *cq;
+
+	(void)ch;	/* core sets cq->channel */
+	if (cqe > TCP_MAX_CQE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	cq = calloc(1, sizeof(*cq));
+	if (!cq)
+		return NULL;
+	cq->ring = calloc((size_t)cqe, sizeof(*cq->ring));
+	if (!cq->ring) {
+		free(cq);
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&cq->lock, NULL);
+	cq->size = (uint32_t)cqe;
+	cq->cq.context = ctx;
+	cq->cq.cqe = cqe;
+	return &cq->cq;
+}
+
+int tcp_destroy_cq(struct ferry_cq *fcq)
+{
+	struct tcp_cq *cq = to_tcq(fcq);
+	bool busy;
+
+	pthread_mutex_lock(&cq->lock);
+	busy = cq->nqps > 0 || cq->fired != cq->acked;
+	pthread_mutex_unlock(&cq->lock);
+	if (busy)
+		return ERR(EBUSY);
+	pthread_mutex_destroy(&cq->lock);
+	free(cq->ring);
+	free(cq);
+	return 0;
+}
+
+int tcp_req_notify_cq(struct ferry_cq *fcq, int solicited_only)
+{
+	struct tcp_cq *cq = to_tcq(fcq);
+
+	pthread_mutex_lock(&cq->lock);
+	/* An arm for every completion covers a solicited-only one. */
+	if (!solicited_only)
+		cq->arm = TCP_ARM_ALL;
+	else if (cq->arm == TCP_ARM_NONE)
+		cq->arm = TCP_ARM_SOLICITED;
+	pthread_mutex_unlock(&cq->lock);
+	return 0;
+}
+
+void tcp_ack_cq_events(struct ferry_cq *fcq, unsigned int n)
+{
+	struct tcp_cq *cq = to_tcq(fcq);
+
+	pthread_mutex_lock(&cq->lock);
+	cq->acked += n;
+	pthread_mutex_unlock(&cq->lock);
+}
+
+/* cq->lock held: fire the arm (once) into the channel. */
+static void tcp_cq_fire(struct tcp_cq *cq)
+{
+	struct ferry_cq *self = &cq->cq;
+	struct tcp_channel *ch;
+
+	cq->arm = TCP_ARM_NONE;
+	if (!cq->cq.channel)
+		return;
+	ch = to_tch(cq->cq.channel);
+	if (write(ch->wfd, &self, sizeof(self)) != sizeof(self)) {
+		ferry_warn("tcp: CQ event lost: its channel holds %zu unread events (%m)",
+			   (size_t)(65536 / sizeof(self)));
+		return;
+	}
+	cq->fired++;
+}
+
+void tcp_cq_push(struct tcp_cq *cq, const struct ferry_wc *wc, bool solicited)
+{
+	pthread_mutex_lock(&cq->lock);
+	if (cq->count == cq->size) {
+		if (!cq->overrun)
+			ferry_warn("tcp: CQ of %u entries overrun: completions lost",
+				   cq->size);
+		cq->overrun = true;
+	} else {
+		cq->ring[(cq->head + cq->count) % cq->size] = *wc;
+		/* Stored atomically for tcp_poll_cq's peek without the lock. */
+		__atomic_store_n(&cq->count, cq->count + 1, __ATOMIC_RELEASE);
+	}
+	/* Errors raise a solicited-only arm too, as on InfiniBand: whoever
+	 * waits must learn that the QP failed. */
+	if (cq->arm == TCP_ARM_ALL ||
+	    (cq->arm == TCP_ARM_SOLICITED && (solicited || wc->status != FERRY_WC_SUCCESS)))
+		tcp_cq_fire(cq);
+	pthread_mutex_unlock(&cq->lock);
+}
+
+int tcp_poll_cq(struct ferry_cq *fcq, int n, struct ferry_wc *wc)
+{
+	struct tcp_cq *cq = to_tcq(fcq);
+	int got = 0;
+
+	/* A racy peek first: an empty CQ polled in a loop takes no lock. */
+	if (__atomic_load_n(&cq->count, __ATOMIC_ACQUIRE) == 0)
+		return 0;
+	pthread_mutex_lock(&cq->lock);
+	while (got < n && cq->count) {
+		wc[got++] = cq->ring[cq->head];
+		cq->head = (cq->head + 1) % cq->size;
+		__atomic_store_n(&cq->count, cq->count - 1, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&cq->lock);
+	return got;
+}
