@@ -49,6 +49,7 @@
 #include <ferry/cm.h>
 
 #include "core-export.h"
+#include "monotime.h"
 
 struct event_base;
 struct cm_id_priv;

@@ -207,15 +207,6 @@ static struct {
 } cm_local = { .lock = PTHREAD_MUTEX_INITIALIZER };
 FERRY_FORK_SAFE(cm_local, cm_local.lock)
 
-/* A monotonic clock in ms, from the vDSO (no system call). */
-static uint64_t cm_coarse_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Read the host's addresses into cm_local (lock held); false if unable. */
 static bool cm_local_refresh(uint64_t now)
 {
@@ -245,7 +236,7 @@ static bool cm_local_refresh(uint64_t now)
 
 bool cm_addr_is_local(const struct sockaddr *sa)
 {
-	uint64_t now = cm_coarse_ms();
+	uint64_t now = monotime_coarse_ms();
 	bool found = false;
 	size_t i;
 

@@ -148,14 +148,6 @@ static void shm_cm_destroy(struct cm_id_priv *id)
 
 /* --- sockets --- */
 
-uint64_t shm_cm_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 struct timeval shm_cm_tv(uint64_t ms)
 {
 	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };

@@ -280,14 +280,12 @@ static bool vcm_devices_present(void)
 {
 	static _Atomic uint64_t until_ms;
 	static atomic_bool present;
-	struct timespec ts;
 	uint64_t now;
 	struct dirent *de;
 	DIR *d;
 	bool any = false;
 
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);	/* vDSO: no system call */
-	now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	now = monotime_coarse_ms();	/* vDSO: no system call */
 	if (now < atomic_load(&until_ms))
 		return atomic_load(&present);
 	d = opendir("/sys/class/infiniband");

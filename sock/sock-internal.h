@@ -84,6 +84,7 @@
 #include <ferry/verbs.h>
 
 #include "core-export.h"
+#include "monotime.h"
 #include "sock_stat.h"
 
 /* --- protocol (rsocket v1) --- */
@@ -553,7 +554,6 @@ int sock_epoll_close(int fd);
 void sock_epoll_forget(struct ferry_sock *s);
 
 /* --- sock_wait.c --- */
-uint64_t sock_now_ns(void);
 unsigned int sock_poll_us(void);
 /* FERRY_POLL_US when the variable is unset (the preload shim raises it). */
 extern unsigned int sock_default_poll_us;
