@@ -419,7 +419,8 @@ static void shm_cm_reloop(struct cm_id_priv *id)
 
 /* --- the table --- */
 
-static bool shm_cm_reaches(const struct sockaddr *dst)
+/* The shm transport's address rule (core's table): this host. */
+bool shm_cm_reaches(const struct sockaddr *dst)
 {
 	return cm_addr_is_local(dst);
 }
@@ -463,9 +464,7 @@ static void shm_cm_let_go(struct cm_id_priv *id)
 }
 
 const struct cm_transport cm_shm_transport = {
-	.name = "shm",
 	.calls_inline = true,
-	.reaches = shm_cm_reaches,
 	.probe = shm_cm_probe,
 	.bind = shm_cm_bind,
 	.listen = shm_cm_listen,

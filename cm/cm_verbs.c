@@ -256,7 +256,8 @@ static int vcm_status(enum rdma_cm_event_type type, int status)
 
 /* --- resolution --- */
 
-static bool vcm_reaches(const struct sockaddr *dst)
+/* The verbs transport's address rule (core's table): rdma_cm routes to it. */
+bool vcm_reaches(const struct sockaddr *dst)
 {
 	struct rdma_cm_id *rid;
 	bool ok;
@@ -604,9 +605,7 @@ static void vcm_on_events(evutil_socket_t fd, short what, void *arg)
 }
 
 const struct cm_transport cm_verbs_transport = {
-	.name = "verbs",
 	.calls_inline = false,	/* librdmacm's events reach ids any time */
-	.reaches = vcm_reaches,
 	.probe = vcm_probe,
 	.bind = vcm_bind,
 	.listen = vcm_listen,

@@ -60,7 +60,7 @@ done | sort -u)
 # Crossings the tree still has, to be taken out (the CM's verbs transport
 # on the verbs provider's internals; the shim on the socket layer's and
 # core's): allowed, and listed so, until then.
-pending=" cm:prov/verbs/verbs-internal.h preload:core/export/core-export.h preload:core/export/lock.h preload:sock/sock-internal.h "
+pending=" cm:prov/verbs/verbs-internal.h preload:core/export/core-export.h preload:core/export/lock.h preload:core/export/transport.h preload:sock/sock-internal.h "
 checked=0
 while read -r rank dir cppflags; do
 	[ -n "$cppflags" ] || continue		# a layer not configured (verbs)
