@@ -118,7 +118,8 @@ struct cm_transport {
 
 	/*
 	 * Would a connect to @dst find a listener (ferry_cm_probe)?  UNREACHED
-	 * only where the entry's address rule (reaches) is false; MAYBE when only a connect can tell.
+	 * only where the entry's address rule (reaches) is false; MAYBE
+	 * when only a connect can tell.
 	 * Cheaper than a connect by far: no descriptor, no CM thread, and
 	 * for a destination it does not reach no system call.  Any thread.
 	 */

@@ -250,7 +250,8 @@ static int cm_bind_transports(struct cm_id_priv *id)
 			continue;
 		}
 		if (cm_bind_skippable(errno)) {
-			ferry_debug("cm: %s cannot bind this address: %m", ferry_transports[i].name);
+			ferry_debug("cm: %s cannot bind this address: %m",
+				    ferry_transports[i].name);
 			continue;
 		}
 		{

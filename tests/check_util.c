@@ -45,7 +45,9 @@ static size_t cu_pages_made(void)
 
 START_TEST(test_fdtab_empty)
 {
-	static const int fds[] = { 0, 1, 1023, 1024, FDTAB_MAX - 1, -1, FDTAB_MAX, INT_MAX, INT_MIN };
+	static const int fds[] = {
+		0, 1, 1023, 1024, FDTAB_MAX - 1, -1, FDTAB_MAX, INT_MAX, INT_MIN,
+	};
 	size_t i;
 
 	for (i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
