@@ -47,6 +47,8 @@
 
 #include <ferry/socket.h>
 
+#include "monotime.h"
+
 #define IC_PROG "idle-conns"
 #define IC_TARGET_MB 200.0		/* issue 4: 10,000 ferry connections */
 #define IC_MAX_INODES 262144
@@ -365,10 +367,7 @@ static void ic_client(const struct ic_api *api, int n, int to_parent, int from_p
 
 static double ic_now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
+	return monotime_ns() / 1e9;
 }
 
 /* One kind: baseline, @n connections, measure; false on failure. */

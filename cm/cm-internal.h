@@ -50,6 +50,7 @@
 
 #include "cm-export.h"
 #include "core-export.h"
+#include "monotime.h"
 
 struct event_base;
 struct cm_id_priv;
@@ -71,8 +72,8 @@ enum cm_state {
 	CM_DESTROYING,
 };
 
-/* The most transports a build can have (shm, verbs, tcp, ...). */
-#define CM_TP_MAX 4
+/* The most transports a build can have (core's table, transport.h). */
+#define CM_TP_MAX FERRY_TRANSPORTS_MAX
 
 /* QP attributes the transport settled for the RTR/RTS transitions. */
 struct cm_qp_param {
@@ -84,8 +85,10 @@ struct cm_qp_param {
 
 /*
  * A transport of the CM (libevent's eventop is the model): one const
- * table per transport, listed in cm_transports[] (cm/cm_addr.c) in order
- * of preference.  Every entry is mandatory; an operation a transport
+ * table per transport, the `cm` of its entry in core's table of
+ * transports (core/transport.c), which also holds its name and its
+ * address rule (which destinations it serves), in order of preference.
+ * Every member is mandatory unless noted; an operation a transport
  * cannot do points at a function failing with ENOTSUP.
  *
  * Unless noted, an operation runs in the CM thread (never block there for
@@ -96,7 +99,6 @@ struct cm_qp_param {
  * Per-id state lives in *cm_tp_data(id, tp).
  */
 struct cm_transport {
-	const char *name;	/* as FERRY_TRANSPORT names it: "shm", "verbs" */
 	/*
 	 * Calls on an id the loop cannot reach (in_loop false) may run in the
 	 * caller's thread: the transport sets in_loop before it first gives
@@ -115,11 +117,10 @@ struct cm_transport {
 	/* Caller's thread: the call after unloop failed; give the id back. */
 	void (*reloop)(struct cm_id_priv *id);
 
-	/* Can this transport reach @dst?  Quick and synchronous; any thread. */
-	bool (*reaches)(const struct sockaddr *dst);
 	/*
 	 * Would a connect to @dst find a listener (ferry_cm_probe)?  UNREACHED
-	 * only where reaches() is false; MAYBE when only a connect can tell.
+	 * only where the entry's address rule (reaches) is false; MAYBE
+	 * when only a connect can tell.
 	 * Cheaper than a connect by far: no descriptor, no CM thread, and
 	 * for a destination it does not reach no system call.  Any thread.
 	 */
@@ -170,10 +171,7 @@ struct cm_transport {
 	void (*let_go)(struct cm_id_priv *id);
 };
 
-extern const struct cm_transport cm_shm_transport;
-#ifdef HAVE_VERBS
-extern const struct cm_transport cm_verbs_transport;
-#endif
+/* cm_shm_transport, cm_verbs_transport: declared in transport.h. */
 
 /* An event channel: the public struct, a queue, and who uses it. */
 struct cm_channel {
@@ -203,7 +201,7 @@ struct cm_id_priv {
 	 * transport's default (ferry_cm_connect_timeout). */
 	unsigned int connect_timeout_ms;
 	const struct cm_transport *tp;	/* chosen by resolve / request */
-	void *tp_data[CM_TP_MAX];	/* per transport, by cm_transports[] index */
+	void *tp_data[CM_TP_MAX];	/* per transport, by ferry_transports[] index */
 	bool bound;			/* ferry_bind_addr reserved src_addr */
 	bool src_given;			/* src_addr is ferry_resolve_addr's, not derived */
 	struct cm_qp_param peer;	/* request ids: what the client asked */
@@ -352,12 +350,15 @@ int cm_qp_to_rts(struct cm_id_priv *id, uint32_t dest_qpn,
 		 const struct cm_qp_param *param);
 void cm_qp_to_error(struct cm_id_priv *id);
 
-/* --- cm_addr.c: addresses and the transport table --- */
+/* --- cm_addr.c: addresses, and the CM's side of the transport table --- */
 
-extern const struct cm_transport *const cm_transports[];
-extern const size_t cm_transports_count;
-
-/* The transport FERRY_TRANSPORT forces, NULL if none; -1 ENODEV if unknown. */
+/* The CM part of transport @i of core's table (ferry_transports[]). */
+static inline const struct cm_transport *cm_transport_at(size_t i)
+{
+	return ferry_transports[i].cm;
+}
+/* The transport FERRY_TRANSPORT forces, NULL if none; -1 ENODEV (logged)
+ * if it names none of this build. */
 int cm_transport_forced(const struct cm_transport **tp_p);
 /* The first transport reaching @dst (or the forced one); NULL + log if none. */
 const struct cm_transport *cm_transport_for(const struct sockaddr *dst);

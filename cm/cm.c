@@ -122,9 +122,9 @@ void cm_id_teardown(struct cm_id_priv *id)
 	size_t i;
 
 	id->state = CM_DESTROYING;	/* from now on reports are dropped */
-	for (i = 0; i < cm_transports_count; i++)
+	for (i = 0; i < ferry_transports_count; i++)
 		if (id->tp_data[i])
-			cm_transports[i]->destroy(id);
+			cm_transport_at(i)->destroy(id);
 	cm_event_purge(id);
 }
 
@@ -220,9 +220,9 @@ static void cm_unbind(struct cm_id_priv *id)
 {
 	size_t i;
 
-	for (i = 0; i < cm_transports_count; i++)
+	for (i = 0; i < ferry_transports_count; i++)
 		if (id->tp_data[i])
-			cm_transports[i]->destroy(id);
+			cm_transport_at(i)->destroy(id);
 }
 
 /* A transport that cannot serve the address at all is skipped. */
@@ -240,17 +240,18 @@ static int cm_bind_transports(struct cm_id_priv *id)
 
 	if (cm_transport_forced(&forced) < 0)
 		return -1;
-	for (i = 0; i < cm_transports_count; i++) {
-		const struct cm_transport *tp = cm_transports[i];
+	for (i = 0; i < ferry_transports_count; i++) {
+		const struct cm_transport *tp = cm_transport_at(i);
 
-		if (forced && tp != forced)
-			continue;
+		if (!tp || (forced && tp != forced))
+			continue;	/* no CM part (transport.h), or not the forced one */
 		if (tp->bind(id) == 0) {
 			bound++;
 			continue;
 		}
 		if (cm_bind_skippable(errno)) {
-			ferry_debug("cm: %s cannot bind this address: %m", tp->name);
+			ferry_debug("cm: %s cannot bind this address: %m",
+				    ferry_transports[i].name);
 			continue;
 		}
 		{
@@ -435,8 +436,8 @@ static int cm_listen_op(void *arg)
 		return ERR(EINVAL);
 	/* Before the transports listen: from then on the loop may see it. */
 	id->state = CM_LISTEN;
-	for (i = 0; i < cm_transports_count; i++) {
-		if (id->tp_data[i] && cm_transports[i]->listen(id, op->number) < 0) {
+	for (i = 0; i < ferry_transports_count; i++) {
+		if (id->tp_data[i] && cm_transport_at(i)->listen(id, op->number) < 0) {
 			id->state = CM_ADDR_BOUND;
 			return -1;
 		}

@@ -1,11 +1,12 @@
 /*
  * cm_addr.c - which transport reaches an address, and address helpers.
  *
- * Resolution asks each transport of cm_transports[], in order of
- * preference, whether it reaches the destination: shm reaches this host
- * (loopback, or an address of an interface of this network namespace);
- * the verbs transport, when built and registered here, reaches what an RDMA
- * device routes to.  FERRY_TRANSPORT=shm|verbs forces one.
+ * The transports are core's table (core/transport.c): resolution asks
+ * it for the first transport, in order of preference, whose address rule
+ * serves the destination -- shm serves this host (loopback, or an address
+ * of an interface of this network namespace: cm_addr_is_local, kept
+ * here), the verbs transport, when built, what an RDMA device routes to.
+ * FERRY_TRANSPORT=shm|verbs forces one (core reads it).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -22,77 +23,53 @@
 
 #include "cm-internal.h"
 
-/*
- * The transports, in order of preference.  The index of a transport here
- * is the index of its slot in cm_id_priv.tp_data.  To add one: its const
- * struct cm_transport in its own file, declared in cm-internal.h, and a line
- * here (the verbs transport: `&cm_verbs_transport,` under #ifdef HAVE_VERBS).
- */
-const struct cm_transport *const cm_transports[] = {
-	&cm_shm_transport,
-#ifdef HAVE_VERBS
-	&cm_verbs_transport,
-#endif
-};
-const size_t cm_transports_count = FERRY_ARRAY_SIZE(cm_transports);
-
 /* Shared per-process devices, one per transport, opened on first use. */
 static struct {
 	pthread_mutex_t lock;
 	struct ferry_context *ctx[CM_TP_MAX];
 } cm_devices = { PTHREAD_MUTEX_INITIALIZER, { NULL } };
 
-static size_t cm_transport_index(const struct cm_transport *tp)
-{
-	size_t i;
-
-	for (i = 0; i < cm_transports_count; i++)
-		if (cm_transports[i] == tp)
-			break;
-	return i;
-}
-
 void **cm_tp_data(struct cm_id_priv *id, const struct cm_transport *tp)
 {
-	return &id->tp_data[cm_transport_index(tp)];
+	return &id->tp_data[ferry_transport_index_of_cm(tp)];
 }
 
 int cm_transport_forced(const struct cm_transport **tp_p)
 {
-	const char *name = getenv("FERRY_TRANSPORT");
-	size_t i;
+	const struct ferry_transport *tp;
 
 	*tp_p = NULL;
-	if (!name || !*name)
-		return 0;
-	for (i = 0; i < cm_transports_count; i++) {
-		if (strcmp(cm_transports[i]->name, name) == 0) {
-			*tp_p = cm_transports[i];
-			return 0;
-		}
+	if (ferry_transport_forced(&tp) < 0) {
+		ferry_info("cm: FERRY_TRANSPORT=%s names no transport of the CM in this build",
+			   getenv("FERRY_TRANSPORT"));
+		return ERR(ENODEV);
 	}
-	ferry_info("cm: FERRY_TRANSPORT=%s names no transport of the CM in this build",
-		   name);
-	return ERR(ENODEV);
+	if (tp && !tp->cm) {
+		ferry_info("cm: FERRY_TRANSPORT=%s: the CM does not serve that transport yet",
+			   tp->name);
+		return ERR(ENODEV);
+	}
+	*tp_p = tp ? tp->cm : NULL;
+	return 0;
 }
 
 const struct cm_transport *cm_transport_for(const struct sockaddr *dst)
 {
+	const struct ferry_transport *reaching;
 	const struct cm_transport *tp;
 	char buf[INET6_ADDRSTRLEN];
-	size_t i;
 
 	if (cm_transport_forced(&tp) < 0)
 		return NULL;
 	if (tp)
 		return tp;
-	for (i = 0; i < cm_transports_count; i++)
-		if (cm_transports[i]->reaches(dst))
-			return cm_transports[i];
+	reaching = ferry_transport_reaching(dst);
+	if (reaching)
+		return reaching->cm;
 	ferry_info("cm: no transport reaches %s: it is not an address of this host "
 		   "(shm)%s", cm_addr_ntop(dst, buf, sizeof(buf)),
 #ifdef HAVE_VERBS
-		   cm_transports_count > 1 ? " and no RDMA device routes to it (verbs)" :
+		   ferry_transports_count > 1 ? " and no RDMA device routes to it (verbs)" :
 		   ", and the verbs transport of the CM is not registered in this build"
 #else
 		   ", and ferry was built without the verbs transport"
@@ -117,8 +94,10 @@ enum ferry_cm_probe ferry_cm_probe(const struct sockaddr *dst)
 		return r == FERRY_CM_PROBE_UNREACHED ? FERRY_CM_PROBE_REMOTE : r;
 	}
 	/* The transport cm_transport_for would pick answers. */
-	for (i = 0; i < cm_transports_count; i++) {
-		r = cm_transports[i]->probe(dst);
+	for (i = 0; i < ferry_transports_count; i++) {
+		if (!cm_transport_at(i))
+			continue;	/* no CM part (transport.h) */
+		r = cm_transport_at(i)->probe(dst);
 		if (r != FERRY_CM_PROBE_UNREACHED)
 			return r;
 	}
@@ -127,15 +106,15 @@ enum ferry_cm_probe ferry_cm_probe(const struct sockaddr *dst)
 
 struct ferry_context *cm_transport_context(const struct cm_transport *tp)
 {
-	size_t i = cm_transport_index(tp);
+	size_t i = ferry_transport_index_of_cm(tp);
 	struct ferry_context *ctx;
 
 	pthread_mutex_lock(&cm_devices.lock);
 	ctx = cm_devices.ctx[i];
 	if (!ctx) {
-		ctx = ferry_open_transport(tp->name);
+		ctx = ferry_open_transport(ferry_transports[i].name);
 		if (!ctx)
-			ferry_info("cm: no %s device: %m", tp->name);
+			ferry_info("cm: no %s device: %m", ferry_transports[i].name);
 		cm_devices.ctx[i] = ctx;
 	}
 	pthread_mutex_unlock(&cm_devices.lock);
@@ -207,15 +186,6 @@ static struct {
 } cm_local = { .lock = PTHREAD_MUTEX_INITIALIZER };
 FERRY_FORK_SAFE(cm_local, cm_local.lock)
 
-/* A monotonic clock in ms, from the vDSO (no system call). */
-static uint64_t cm_coarse_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Read the host's addresses into cm_local (lock held); false if unable. */
 static bool cm_local_refresh(uint64_t now)
 {
@@ -245,7 +215,7 @@ static bool cm_local_refresh(uint64_t now)
 
 bool cm_addr_is_local(const struct sockaddr *sa)
 {
-	uint64_t now = cm_coarse_ms();
+	uint64_t now = monotime_coarse_ms();
 	bool found = false;
 	size_t i;
 

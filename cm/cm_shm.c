@@ -148,14 +148,6 @@ static void shm_cm_destroy(struct cm_id_priv *id)
 
 /* --- sockets --- */
 
-uint64_t shm_cm_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 struct timeval shm_cm_tv(uint64_t ms)
 {
 	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
@@ -427,7 +419,8 @@ static void shm_cm_reloop(struct cm_id_priv *id)
 
 /* --- the table --- */
 
-static bool shm_cm_reaches(const struct sockaddr *dst)
+/* The shm transport's address rule (core's table): this host. */
+bool shm_cm_reaches(const struct sockaddr *dst)
 {
 	return cm_addr_is_local(dst);
 }
@@ -471,9 +464,7 @@ static void shm_cm_let_go(struct cm_id_priv *id)
 }
 
 const struct cm_transport cm_shm_transport = {
-	.name = "shm",
 	.calls_inline = true,
-	.reaches = shm_cm_reaches,
 	.probe = shm_cm_probe,
 	.bind = shm_cm_bind,
 	.listen = shm_cm_listen,

@@ -115,7 +115,11 @@ struct shm_cm_id *shm_cm_state(struct cm_id_priv *id);
 struct shm_cm_id *shm_cm_state_get(struct cm_id_priv *id);
 void shm_cm_pending_free(struct shm_cm_pending *p);
 
-uint64_t shm_cm_now_ms(void);
+/* The CM's clock in ms, util's (monotime.h). */
+static inline uint64_t shm_cm_now_ms(void)
+{
+	return monotime_ms();
+}
 struct timeval shm_cm_tv(uint64_t ms);
 /* A non-blocking, close-on-exec AF_UNIX SOCK_SEQPACKET socket, or -1. */
 int shm_cm_socket(void);

@@ -59,14 +59,6 @@ static struct {
 } shm_cm_probe_mem = { .lock = PTHREAD_MUTEX_INITIALIZER };
 FERRY_FORK_SAFE(shm_cm_probe_mem, shm_cm_probe_mem.lock)
 
-static uint64_t shm_cm_probe_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);	/* vDSO: no system call */
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Is slot @m about destination @dst?  Address and port only: the rest of a
  * sockaddr (sin_zero, flow label) is whatever the program left there. */
 static bool shm_cm_probe_is(const struct shm_cm_probe_slot *m, const struct sockaddr *dst)
@@ -113,7 +105,7 @@ static struct shm_cm_probe_slot *shm_cm_probe_take(const struct sockaddr *dst)
 void shm_cm_probe_learn(const struct sockaddr *dst, const struct shm_cm_owner *o,
 			enum ferry_cm_probe why)
 {
-	uint64_t now = shm_cm_probe_now_ms();
+	uint64_t now = monotime_coarse_ms();
 	struct shm_cm_probe_slot *m;
 	socklen_t len = cm_addr_len(dst);
 
@@ -139,7 +131,7 @@ static enum ferry_cm_probe shm_cm_probe_recall(const struct sockaddr *dst,
 					       const struct shm_cm_owner *o)
 {
 	enum ferry_cm_probe r = FERRY_CM_PROBE_MAYBE;
-	uint64_t now = shm_cm_probe_now_ms();
+	uint64_t now = monotime_coarse_ms();
 	struct shm_cm_probe_slot *m;
 
 	pthread_mutex_lock(&shm_cm_probe_mem.lock);

@@ -226,8 +226,9 @@ static bool cm_id_call_inline(const struct cm_id_priv *id, const struct cm_trans
 
 	if (id->in_loop)
 		return false;
-	for (i = 0; i < cm_transports_count; i++)
-		if ((!tp || id->tp_data[i]) && !cm_transports[i]->calls_inline)
+	for (i = 0; i < ferry_transports_count; i++)
+		if (cm_transport_at(i) && (!tp || id->tp_data[i]) &&
+		    !cm_transport_at(i)->calls_inline)
 			return false;
 	return !tp || tp->calls_inline;
 }

@@ -282,7 +282,8 @@ static int vcm_status(const struct vcm_id *st, enum rdma_cm_event_type type, int
 
 /* --- resolution --- */
 
-static bool vcm_reaches(const struct sockaddr *dst)
+/* The verbs transport's address rule (core's table): rdma_cm routes to it. */
+bool vcm_reaches(const struct sockaddr *dst)
 {
 	struct rdma_cm_id *rid;
 	bool ok;
@@ -306,14 +307,12 @@ static bool vcm_devices_present(void)
 {
 	static _Atomic uint64_t until_ms;
 	static atomic_bool present;
-	struct timespec ts;
 	uint64_t now;
 	struct dirent *de;
 	DIR *d;
 	bool any = false;
 
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);	/* vDSO: no system call */
-	now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	now = monotime_coarse_ms();	/* vDSO: no system call */
 	if (now < atomic_load(&until_ms))
 		return atomic_load(&present);
 	d = opendir("/sys/class/infiniband");
@@ -702,9 +701,7 @@ static void vcm_on_events(evutil_socket_t fd, short what, void *arg)
 }
 
 const struct cm_transport cm_verbs_transport = {
-	.name = "verbs",
 	.calls_inline = false,	/* librdmacm's events reach ids any time */
-	.reaches = vcm_reaches,
 	.probe = vcm_probe,
 	.bind = vcm_bind,
 	.listen = vcm_listen,

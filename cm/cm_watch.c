@@ -48,14 +48,6 @@ static struct {
 
 static pthread_once_t cm_watch_once = PTHREAD_ONCE_INIT;
 
-static uint64_t cm_watch_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* The parent's set (and its watches) is the parent's: begin anew. */
 static void cm_watch_atfork_child(void)
 {
@@ -134,7 +126,7 @@ static void cm_watch_on_ready(evutil_socket_t fd, short what, void *arg)
 static void cm_watch_on_sweep(evutil_socket_t fd, short what, void *arg)
 {
 	struct cm_watch *w;
-	uint64_t now = cm_watch_now_ms();
+	uint64_t now = monotime_ms();
 
 	pthread_mutex_lock(&cm_watches.lock);
 	for (w = cm_watches.timed; w;) {

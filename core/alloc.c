@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "core-export.h"
+#include "fdtab.h"
 
 /* A span of a block shared with peers: see ferry_block_share. */
 struct ferry_window {
@@ -102,30 +103,17 @@ int ferry_fd_park(int fd)
 /*
  * Descriptors held by two parts of ferry at once (the CM and the shm
  * provider share a connection's AF_UNIX socket): a count per fd number,
- * 0 for one holder.  Lock-free, so a child of fork() finds it usable
- * whatever the parent's threads were doing: pages of counts are made
- * with a compare-and-swap.
+ * 0 for one holder.  Lock-free (fdtab.h makes its pages with a
+ * compare-and-swap), so a child of fork() finds it usable whatever the
+ * parent's threads were doing.
  */
-#define FD_REF_PAGE	1024
-#define FD_REF_PAGES	1024		/* fds below 1 Mi */
-static _Atomic(_Atomic uint16_t *) fd_refs[FD_REF_PAGES];
+static struct fdtab fd_refs;	/* _Atomic uint16_t slots (util's fdtab.h) */
 
 static _Atomic uint16_t *fd_ref(int fd, bool make)
 {
-	_Atomic uint16_t *page, *none = NULL;
-	int i = fd / FD_REF_PAGE;
-
-	if (fd < 0 || i >= FD_REF_PAGES)
-		return NULL;
-	page = atomic_load_explicit(&fd_refs[i], memory_order_acquire);
-	if (!page && make) {
-		page = calloc(FD_REF_PAGE, sizeof(*page));
-		if (page && !atomic_compare_exchange_strong(&fd_refs[i], &none, page)) {
-			free(page);
-			page = none;
-		}
-	}
-	return page ? &page[fd % FD_REF_PAGE] : NULL;
+	if (make)
+		return fdtab_slot_make(&fd_refs, fd, sizeof(_Atomic uint16_t));
+	return fdtab_slot(&fd_refs, fd, sizeof(_Atomic uint16_t));
 }
 
 int ferry_fd_hold(int fd)

@@ -41,44 +41,18 @@
 /* Devices listed when the table is first asked; grown on demand. */
 #define CORE_DEVICES_INITIAL 8
 
-/* Built providers in order of preference (the libevent eventops model). */
-static const struct ferry_provider *const core_providers[] = {
-	&ferry_shm_provider,
-#ifdef HAVE_VERBS
-	&ferry_verbs_provider,
-#endif
-	/* Last, and only where FERRY_TRANSPORT=tcp names it (core_only_named):
-	 * a tcp device must not change what existing programs get. */
-	&ferry_tcp_provider,
-};
-
-/* Providers used only when asked for by name. */
-static bool core_only_named(const struct ferry_provider *prov)
-{
-	return prov == &ferry_tcp_provider;
-}
-
 /* --- devices and contexts --- */
 
 /*
- * The provider FERRY_TRANSPORT restricts listing to, in *@only_p (NULL:
- * no restriction).  False when it names no built provider.
+ * The transport FERRY_TRANSPORT restricts listing to, in *@only_p (NULL:
+ * no restriction).  False when it names no built transport.
  */
-static bool core_transport_filter(const char **only_p)
+static bool core_transport_filter(const struct ferry_transport **only_p)
 {
-	const char *name = getenv("FERRY_TRANSPORT");
-	size_t i;
-
-	*only_p = NULL;
-	if (!name || !*name)
+	if (ferry_transport_forced(only_p) == 0)
 		return true;
-	for (i = 0; i < FERRY_ARRAY_SIZE(core_providers); i++) {
-		if (strcmp(core_providers[i]->name, name) == 0) {
-			*only_p = name;
-			return true;
-		}
-	}
-	ferry_warn("FERRY_TRANSPORT=%s names no provider built into ferry", name);
+	ferry_warn("FERRY_TRANSPORT=%s names no provider built into ferry",
+		   getenv("FERRY_TRANSPORT"));
 	return false;
 }
 
@@ -119,7 +93,7 @@ struct ferry_device **ferry_get_device_list(int *num_devices_p)
 {
 	struct ferry_device **list;
 	int cap = CORE_DEVICES_INITIAL, count = 0;
-	const char *only;
+	const struct ferry_transport *only;
 	bool any;
 	size_t i;
 
@@ -128,12 +102,12 @@ struct ferry_device **ferry_get_device_list(int *num_devices_p)
 		return NULL;
 
 	any = core_transport_filter(&only);
-	for (i = 0; any && i < FERRY_ARRAY_SIZE(core_providers); i++) {
-		const struct ferry_provider *prov = core_providers[i];
+	for (i = 0; any && i < ferry_transports_count; i++) {
+		const struct ferry_transport *tp = &ferry_transports[i];
 
-		if (only ? strcmp(prov->name, only) != 0 : core_only_named(prov))
+		if (only ? tp != only : tp->by_name_only)
 			continue;
-		if (core_collect_devices(prov, &list, &cap, &count))
+		if (core_collect_devices(tp->prov, &list, &cap, &count))
 			goto err_free_list;
 	}
 	list[count] = NULL;
@@ -197,22 +171,23 @@ struct ferry_context *ferry_open_device(struct ferry_device *device)
  */
 struct ferry_context *ferry_open_transport(const char *name)
 {
+	const struct ferry_transport *only = NULL;
 	size_t i;
 
-	if (!name) {
-		name = getenv("FERRY_TRANSPORT");
-		if (name && !*name)
-			name = NULL;
-	}
-	for (i = 0; i < FERRY_ARRAY_SIZE(core_providers); i++) {
-		const struct ferry_provider *prov = core_providers[i];
+	if (name)
+		only = ferry_transport_named(name);
+	if (name ? !only : ferry_transport_forced(&only) < 0)
+		goto err_no_device;
+	for (i = 0; i < ferry_transports_count; i++) {
+		const struct ferry_provider *prov = ferry_transports[i].prov;
 		struct ferry_device *device;
 
-		if (name ? strcmp(prov->name, name) != 0 : core_only_named(prov))
+		if (only ? &ferry_transports[i] != only : ferry_transports[i].by_name_only)
 			continue;
 		if (prov->get_devices(&device, 1) == 1)
 			return ferry_open_device(device);
 	}
+err_no_device:
 	errno = ENODEV;
 	return NULL;
 }
@@ -330,9 +305,9 @@ void ferry_fork_child(void)
 {
 	size_t i;
 
-	for (i = 0; i < FERRY_ARRAY_SIZE(core_providers); i++)
-		if (core_providers[i]->fork_child)
-			core_providers[i]->fork_child();
+	for (i = 0; i < ferry_transports_count; i++)
+		if (ferry_transports[i].prov->fork_child)
+			ferry_transports[i].prov->fork_child();
 }
 
 int ferry_cq_sleep_prepare(struct ferry_cq *cq, struct ferry_cq_sleep *t)

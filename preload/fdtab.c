@@ -1,9 +1,10 @@
 /*
  * fdtab.c - the fds the shim manages (see preload.h).
  *
- * Two levels of atomic pointers indexed by fd, as sock/'s own table:
- * a lookup is two loads, no lock and no system call, which matters since
- * every read() and write() of the program asks.
+ * The table is util's fdtab.h (the socket layer's and core's too): a
+ * lookup (fp_get, inline in preload.h) is two loads, no lock and no
+ * system call, which matters since every read() and write() of the
+ * program asks.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -16,44 +17,14 @@
 
 #include "preload.h"
 
-#define FP_PAGE		1024
-#define FP_PAGES	1024		/* fds below 1 Mi */
-
-static _Atomic(struct fp_fd *) *fp_table[FP_PAGES];
-static pthread_mutex_t fp_table_lock = PTHREAD_MUTEX_INITIALIZER;
-
-struct fp_fd *fp_get(int fd)
-{
-	_Atomic(struct fp_fd *) *page;
-
-	if ((unsigned int)fd >= FP_PAGE * FP_PAGES)
-		return NULL;
-	page = __atomic_load_n(&fp_table[fd / FP_PAGE], __ATOMIC_ACQUIRE);
-	return page ? atomic_load_explicit(&page[fd % FP_PAGE], memory_order_acquire) : NULL;
-}
+struct fdtab fp_table;
 
 struct fp_fd *fp_set(int fd, struct fp_fd *e)
 {
-	_Atomic(struct fp_fd *) *page;
+	void *old = NULL;
 
-	if ((unsigned int)fd >= FP_PAGE * FP_PAGES)
-		return NULL;
-	page = __atomic_load_n(&fp_table[fd / FP_PAGE], __ATOMIC_ACQUIRE);
-	if (!page) {
-		if (!e)
-			return NULL;
-		pthread_mutex_lock(&fp_table_lock);
-		page = fp_table[fd / FP_PAGE];
-		if (!page) {
-			page = calloc(FP_PAGE, sizeof(*page));
-			if (page)
-				__atomic_store_n(&fp_table[fd / FP_PAGE], page, __ATOMIC_RELEASE);
-		}
-		pthread_mutex_unlock(&fp_table_lock);
-		if (!page)
-			return NULL;
-	}
-	return atomic_exchange(&page[fd % FP_PAGE], e);
+	fdtab_put(&fp_table, fd, e, &old);	/* failed: NULL, as before */
+	return old;
 }
 
 struct fp_fd *fp_new(enum fp_kind kind, int domain)
@@ -77,22 +48,24 @@ void fp_free(struct fp_fd *e)
 	free(e);
 }
 
+/* fp_for_each's callback and its argument, through fdtab_for_each. */
+struct fp_each {
+	void (*fn)(int fd, struct fp_fd *e, void *arg);
+	void *arg;
+};
+
+static void fp_each_call(int fd, void *ptr, void *arg)
+{
+	struct fp_each *each = arg;
+
+	each->fn(fd, ptr, each->arg);
+}
+
 void fp_for_each(void (*fn)(int fd, struct fp_fd *e, void *arg), void *arg)
 {
-	struct fp_fd *e;
-	int i, j;
+	struct fp_each each = { fn, arg };
 
-	for (i = 0; i < FP_PAGES; i++) {
-		_Atomic(struct fp_fd *) *page = __atomic_load_n(&fp_table[i], __ATOMIC_ACQUIRE);
-
-		if (!page)
-			continue;
-		for (j = 0; j < FP_PAGE; j++) {
-			e = atomic_load(&page[j]);
-			if (e)
-				fn(i * FP_PAGE + j, e, arg);
-		}
-	}
+	fdtab_for_each(&fp_table, fp_each_call, &each);
 }
 
 /*
@@ -108,7 +81,7 @@ int fp_hide_fd(int fd)
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < 2048)
 		return fd;
-	base = (int)(rl.rlim_cur > FP_PAGE * FP_PAGES ? FP_PAGE * FP_PAGES : rl.rlim_cur) - 1024;
+	base = (int)(rl.rlim_cur > FDTAB_MAX ? FDTAB_MAX : rl.rlim_cur) - 1024;
 	nfd = fp_real.fcntl(fd, F_DUPFD_CLOEXEC, base);
 	if (nfd < 0)
 		return fd;

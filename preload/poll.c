@@ -36,14 +36,6 @@ void fp_spin_yield(unsigned int turn)
 		sched_yield();
 }
 
-uint64_t fp_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 short fp_kernel_revents(int fd, short events)
 {
 	struct pollfd p = { .fd = fd, .events = events };

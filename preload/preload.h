@@ -44,6 +44,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "fdtab.h"
+#include "monotime.h"
 #include "sock-export.h"
 
 #define FP_EXPORT __attribute__((visibility("default")))
@@ -164,8 +166,14 @@ struct fp_fd {
 	atomic_int nref;
 };
 
-/* The entry for @fd, or NULL: lock-free, no system call. */
-struct fp_fd *fp_get(int fd);
+/* The managed fds, by number (fdtab.c). */
+extern struct fdtab fp_table;
+
+/* The entry for @fd, or NULL: lock-free, no system call, no call. */
+static inline struct fp_fd *fp_get(int fd)
+{
+	return fdtab_get(&fp_table, fd);
+}
 /* Install @e for @fd (NULL removes); returns the old entry. */
 struct fp_fd *fp_set(int fd, struct fp_fd *e);
 struct fp_fd *fp_new(enum fp_kind kind, int domain);
@@ -214,7 +222,11 @@ int fp_sleep_prepare(int fd, struct fp_fd *e, int wfd[FP_WAKE_MAX], bool *led);
 void fp_sleep_done(int fd, struct fp_fd *e, bool led);
 /* poll(2) over any mix of managed and kernel fds; timeout in ms (-1: none). */
 int fp_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t *mask);
-uint64_t fp_now_ns(void);
+/* The shim's clock, util's (monotime.h). */
+static inline uint64_t fp_now_ns(void)
+{
+	return monotime_ns();
+}
 /* Spinning: give the CPU away now and then (every 16th @turn). */
 void fp_spin_yield(unsigned int turn);
 

@@ -86,6 +86,7 @@
 #include "cm-export.h"
 #include "core-export.h"
 #include "sock-export.h"
+#include "monotime.h"
 
 /* --- protocol (rsocket v1) --- */
 
@@ -512,7 +513,6 @@ int sock_epoll_close(int fd);
 void sock_epoll_forget(struct ferry_sock *s);
 
 /* --- sock_wait.c --- */
-uint64_t sock_now_ns(void);
 /* sock_poll_us, sock_default_poll_us: sock-export.h. */
 /*
  * sock_wait - wait until @ready(@s) is true, or the deadline (absolute ns,

@@ -13,64 +13,33 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "fdtab.h"
 #include "sock-internal.h"
 
 /*
- * The fd table: two levels of atomic pointers indexed by fd, so that a
- * lookup on the data path takes no lock.  A page of the second level is
- * allocated when an fd in its range first names a socket.
+ * The fd table (util's fdtab.h): a lookup on the data path is two loads
+ * and takes no lock.  A page of slots is made when an fd in its range
+ * first names a socket.
  */
-#define SOCK_TABLE_PAGE		1024
-#define SOCK_TABLE_PAGES	1024	/* fds below 1 Mi */
-
-static _Atomic(struct ferry_sock *) *sock_table[SOCK_TABLE_PAGES];
-static pthread_mutex_t sock_table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fdtab sock_table;
 
 struct ferry_sock *sock_get(int fd)
 {
-	_Atomic(struct ferry_sock *) *page;
-	struct ferry_sock *s;
+	struct ferry_sock *s = fdtab_get(&sock_table, fd);
 
-	if (fd < 0 || fd >= SOCK_TABLE_PAGE * SOCK_TABLE_PAGES) {
-		errno = EBADF;
-		return NULL;
-	}
-	page = __atomic_load_n(&sock_table[fd / SOCK_TABLE_PAGE], __ATOMIC_ACQUIRE);
-	s = page ? atomic_load_explicit(&page[fd % SOCK_TABLE_PAGE], memory_order_acquire) :
-		   NULL;
 	if (!s)
-		errno = fcntl(fd, F_GETFD) < 0 ? EBADF : ENOTSOCK;
+		errno = fd < 0 || fd >= FDTAB_MAX || fcntl(fd, F_GETFD) < 0 ? EBADF : ENOTSOCK;
 	return s;
 }
 
 int sock_table_set(int fd, struct ferry_sock *s)
 {
-	_Atomic(struct ferry_sock *) *page;
-	int i = fd / SOCK_TABLE_PAGE;
-
-	if (fd < 0 || i >= SOCK_TABLE_PAGES)
-		return ERR(EMFILE);
-	pthread_mutex_lock(&sock_table_lock);
-	page = sock_table[i];
-	if (!page) {
-		page = calloc(SOCK_TABLE_PAGE, sizeof(*page));
-		if (!page) {
-			pthread_mutex_unlock(&sock_table_lock);
-			return ERR(ENOMEM);
-		}
-		__atomic_store_n(&sock_table[i], page, __ATOMIC_RELEASE);
-	}
-	atomic_store_explicit(&page[fd % SOCK_TABLE_PAGE], s, memory_order_release);
-	pthread_mutex_unlock(&sock_table_lock);
-	return 0;
+	return fdtab_put(&sock_table, fd, s, NULL);	/* EMFILE, ENOMEM */
 }
 
 void sock_table_clear(int fd)
 {
-	_Atomic(struct ferry_sock *) *page = sock_table[fd / SOCK_TABLE_PAGE];
-
-	if (page)
-		atomic_store_explicit(&page[fd % SOCK_TABLE_PAGE], NULL, memory_order_release);
+	fdtab_put(&sock_table, fd, NULL, NULL);
 }
 
 int ferry_sock_is_ferry(int s)
@@ -527,7 +496,7 @@ int ferry_sock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 		 * peer sees the SYN.  Failures show in SO_ERROR.
 		 */
 		sock_wait(s, sock_connect_sent,
-			  sock_now_ns() + 2ull * SOCK_CM_TIMEOUT_MS * 1000000u);
+			  monotime_ns() + 2ull * SOCK_CM_TIMEOUT_MS * 1000000u);
 		/* Even a connection refused at once is reported through
 		 * SO_ERROR, as a non-blocking TCP connect does. */
 		if (sock_connect_done(s) && s->state == SOCK_CONNECTED)

@@ -144,7 +144,7 @@ size_t sock_backlog_put(struct ferry_sock *s, size_t len, const struct iovec **i
 
 uint64_t sock_backlog_full(struct ferry_sock *s)
 {
-	uint64_t none = 0, now = sock_now_ns(), since;
+	uint64_t none = 0, now = monotime_ns(), since;
 
 	if (sock_backlog_bytes(s) >= s->bl_limit)
 		return 0;	/* full or none: only the peer ends the wait */
@@ -157,7 +157,7 @@ bool sock_backlog_stalled(struct ferry_sock *s)
 {
 	uint64_t since = atomic_load_explicit(&s->full_since_ns, memory_order_relaxed);
 
-	return since && sock_now_ns() - since >= SOCK_STALL_NS;
+	return since && monotime_ns() - since >= SOCK_STALL_NS;
 }
 
 /* The control message a shutdown left for after the backlog. */
@@ -241,7 +241,7 @@ bool sock_backlog_drain(struct ferry_sock *s, int timeout_ms)
 	if (!s->bl_head)
 		return true;
 	if (timeout_ms > 0)
-		sock_wait(s, sock_backlog_drained, sock_now_ns() + (uint64_t)timeout_ms * 1000000u);
+		sock_wait(s, sock_backlog_drained, monotime_ns() + (uint64_t)timeout_ms * 1000000u);
 	if (!s->bl_head)
 		return true;
 	ferry_info("sock %d: closed with %zu written bytes the peer never took", s->fd,

@@ -498,7 +498,7 @@ static void sock_conn_established(struct ferry_sock *s)
 {
 	if (s->rbuf && ferry_block_drop_fd(s->rbuf) < 0)
 		ferry_debug("sock %d: keeping the ring's descriptor: %m", s->fd);
-	atomic_store(&s->last_rx_ns, sock_now_ns());
+	atomic_store(&s->last_rx_ns, monotime_ns());
 	__atomic_store_n(&s->state, SOCK_CONNECTED, __ATOMIC_RELEASE);
 	sock_stat_update(s);
 }

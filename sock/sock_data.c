@@ -161,7 +161,7 @@ static bool sock_ctrl_ready(struct ferry_sock *s)
  */
 int sock_send_ctrl(struct ferry_sock *s, uint32_t ctrl, int timeout_ms)
 {
-	uint64_t deadline = sock_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	uint64_t deadline = monotime_ns() + (uint64_t)timeout_ms * 1000000u;
 	int ret;
 
 	if (!s->qp)
@@ -380,7 +380,7 @@ int sock_progress(struct ferry_sock *s)
 	sock_stat_flags(s);
 	if (got_recv) {
 		if (s->keepalive)
-			atomic_store(&s->last_rx_ns, sock_now_ns());
+			atomic_store(&s->last_rx_ns, monotime_ns());
 		sock_give_credits(s, answer);
 		/* A receive may be the peer's update that frees its ring. */
 		if (sock_backlog_bytes(s) || atomic_load(&s->bl_ctrl) >= 0)
@@ -665,7 +665,7 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 		cur++;
 	pthread_mutex_lock(&s->slock);
 	if (s->direct && total >= SOCK_COPY_LARGE)
-		start_ns = sock_now_ns();	/* for sock_copy_account */
+		start_ns = monotime_ns();	/* for sock_copy_account */
 	while (sent < total || (total == 0 && !sent)) {
 		uint32_t space;
 		ssize_t written;
@@ -714,7 +714,7 @@ ssize_t sock_data_send(struct ferry_sock *s, const struct iovec *iov, int iovcnt
 		sock_stat_add(&s->stat->tx_bytes, (uint64_t)written);
 	}
 	if (start_ns && sent)
-		sock_copy_account(s, sent, start_ns, sock_now_ns());
+		sock_copy_account(s, sent, start_ns, monotime_ns());
 	pthread_mutex_unlock(&s->slock);
 	if (sent)
 		return (ssize_t)sent;
@@ -739,7 +739,7 @@ static bool sock_sends_done(struct ferry_sock *s)
 bool sock_drain_sends(struct ferry_sock *s, int timeout_ms)
 {
 	return sock_wait(s, sock_sends_done,
-			 sock_now_ns() + (uint64_t)timeout_ms * 1000000u) == 0;
+			 monotime_ns() + (uint64_t)timeout_ms * 1000000u) == 0;
 }
 
 /* --- receiving --- */

@@ -472,7 +472,7 @@ static int sock_ep_sleep(struct sock_ep *ep, struct epoll_event *out, int max, i
 int ferry_sock_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
 	struct sock_ep *ep = sock_ep_find(epfd);
-	uint64_t start = sock_now_ns(), spin_end, deadline = 0;
+	uint64_t start = monotime_ns(), spin_end, deadline = 0;
 	unsigned int turn = 0;
 	int n, ms;
 
@@ -490,14 +490,14 @@ int ferry_sock_epoll_wait(int epfd, struct epoll_event *events, int maxevents, i
 		n = sock_ep_look(ep, events, maxevents);
 		if (n != 0 || timeout == 0)
 			return n;
-		if (sock_now_ns() < spin_end) {
+		if (monotime_ns() < spin_end) {
 			if (!(++turn & 63))
 				sched_yield();	/* a peer on this CPU is what we wait for */
 			continue;
 		}
 		ms = -1;
 		if (deadline) {
-			uint64_t now = sock_now_ns();
+			uint64_t now = monotime_ns();
 
 			if (now >= deadline)
 				return 0;

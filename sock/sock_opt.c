@@ -147,7 +147,7 @@ static int sock_set_socket(struct ferry_sock *s, int name, const void *optval, s
 		return 0;
 	case SO_KEEPALIVE:
 		s->keepalive = !!v;
-		atomic_store(&s->last_rx_ns, sock_now_ns());
+		atomic_store(&s->last_rx_ns, monotime_ns());
 		sock_ka_update(s);
 		return 0;
 	case SO_REUSEADDR:
@@ -468,7 +468,7 @@ static void *sock_ka_thread(void *arg)
 	for (;;) {
 		struct timespec ts;
 		struct ferry_sock *s;
-		uint64_t now = sock_now_ns();
+		uint64_t now = monotime_ns();
 		bool any_ka = false, any_backlog = false;
 
 		for (s = ka_list; s; s = s->ka_next) {

@@ -140,7 +140,7 @@ int ferry_sock_poll(struct pollfd *fds, nfds_t nfds, int timeout)
 	struct ferry_sock *stack_socks[SOCK_POLL_STACK], **socks = stack_socks;
 	struct pollfd stack_kfds[SOCK_POLL_STACK], *kfds = stack_kfds;
 	bool stack_led[SOCK_POLL_STACK], *led = stack_led;
-	uint64_t deadline = timeout > 0 ? sock_now_ns() + (uint64_t)timeout * 1000000u : 0;
+	uint64_t deadline = timeout > 0 ? monotime_ns() + (uint64_t)timeout * 1000000u : 0;
 	uint64_t spin_end;
 	int ready = -1, e;
 	bool any_ferry = false;
@@ -167,14 +167,14 @@ int ferry_sock_poll(struct pollfd *fds, nfds_t nfds, int timeout)
 		goto out;
 	}
 	ready = sock_poll_scan(fds, nfds, socks, true);
-	spin_end = sock_now_ns() + (uint64_t)sock_poll_us() * 1000u;
-	while (ready == 0 && timeout != 0 && sock_now_ns() < spin_end)
+	spin_end = monotime_ns() + (uint64_t)sock_poll_us() * 1000u;
+	while (ready == 0 && timeout != 0 && monotime_ns() < spin_end)
 		ready = sock_poll_scan(fds, nfds, socks, false);
 	while (ready == 0 && timeout != 0) {
 		int ms = -1;
 
 		if (deadline) {
-			uint64_t now = sock_now_ns();
+			uint64_t now = monotime_ns();
 
 			if (now >= deadline)
 				break;

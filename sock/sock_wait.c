@@ -24,14 +24,6 @@
 
 #include "sock-internal.h"
 
-uint64_t sock_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 unsigned int sock_default_poll_us = SOCK_DEF_POLL_US;
 
 unsigned int sock_poll_us(void)
@@ -125,7 +117,7 @@ static void sock_wait_follow(struct ferry_sock *s, uint64_t deadline_ns)
 
 			clock_gettime(CLOCK_REALTIME, &ts);
 			rt = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec +
-			     (deadline_ns > sock_now_ns() ? deadline_ns - sock_now_ns() : 0);
+			     (deadline_ns > monotime_ns() ? deadline_ns - monotime_ns() : 0);
 			ts.tv_sec = (time_t)(rt / 1000000000u);
 			ts.tv_nsec = (long)(rt % 1000000000u);
 			if (pthread_cond_timedwait(&s->wait_cond, &s->wait_lock, &ts))
@@ -143,7 +135,7 @@ static int sock_timeout_ms(uint64_t deadline_ns)
 
 	if (!deadline_ns)
 		return -1;
-	now = sock_now_ns();
+	now = monotime_ns();
 	return now >= deadline_ns ? 0 : (int)((deadline_ns - now + 999999) / 1000000);
 }
 
@@ -159,7 +151,7 @@ static int sock_sleep_ms(struct ferry_sock *s, uint64_t deadline_ns)
 
 int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_t deadline_ns)
 {
-	uint64_t spin_end = sock_now_ns() + (uint64_t)sock_poll_us() * 1000u;
+	uint64_t spin_end = monotime_ns() + (uint64_t)sock_poll_us() * 1000u;
 	struct pollfd pfd = { .fd = s->fd, .events = POLLIN };
 	struct ferry_cq_sleep tok;
 	unsigned int spins = 0;
@@ -174,10 +166,10 @@ int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_
 			return 0;
 		if (!(++spins & 1023))
 			sched_yield();
-	} while ((spins & 63) || sock_now_ns() < spin_end);
+	} while ((spins & 63) || monotime_ns() < spin_end);
 
 	for (;;) {
-		if (deadline_ns && sock_now_ns() >= deadline_ns)
+		if (deadline_ns && monotime_ns() >= deadline_ns)
 			return ERR(ETIMEDOUT);
 		if (!sock_wait_lead(s)) {
 			sock_wait_follow(s, deadline_ns);

@@ -44,14 +44,16 @@ done
 # (2) Every private header against every layer's paths.  A header in DIR
 # is its layer's private one, in DIR/export what it offers above.  Which
 # exports each layer may see: the diagram's order, the shim and the tools
-# on the socket layer's alone (as rdma-core's preload is on rsocket.h).
+# on the socket layer's alone (as rdma-core's preload is on rsocket.h);
+# util's generic headers (the fd table, the clock) by every layer.
 may_see() {
 	case $1 in
-	core) echo "" ;;
-	prov/*) echo "core" ;;
-	cm) echo "core prov/shm prov/verbs prov/tcp" ;;
-	sock) echo "core cm" ;;
-	preload|tools) echo "sock" ;;
+	util) echo "" ;;
+	core) echo "util" ;;
+	prov/*) echo "util core" ;;
+	cm) echo "util core prov/shm prov/verbs prov/tcp" ;;
+	sock) echo "util core cm" ;;
+	preload|tools) echo "util sock" ;;
 	*) echo "$prog: no rule for the layer $1" >&2; echo "" ;;
 	esac
 }

@@ -43,6 +43,8 @@ int main(void)
 	srunner_add_suite(runner, stat_suite());
 	srunner_add_suite(runner, tcp_wire_suite());
 	srunner_add_suite(runner, tcp_suite());
+	srunner_add_suite(runner, util_suite());
+	srunner_add_suite(runner, transport_suite());
 
 	srunner_set_fork_status(runner, CK_FORK);
 	srunner_run_all(runner, CK_NORMAL);

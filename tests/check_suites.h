@@ -30,5 +30,7 @@ Suite *config_suite(void);
 Suite *stat_suite(void);
 Suite *tcp_wire_suite(void);
 Suite *tcp_suite(void);
+Suite *util_suite(void);
+Suite *transport_suite(void);
 
 #endif /* FERRY_CHECK_SUITES_H */

@@ -19,6 +19,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "monotime.h"
+
 #define PERF_PROG "ferry-perf"
 #define PERF_MAX_SIZES 32
 #define PERF_MIN_SIZE 8
@@ -167,15 +169,6 @@ struct perf_row {
 };
 
 /* --- perf_util.c: time, control messages, errors, pinning --- */
-
-/* CLOCK_MONOTONIC in nanoseconds (vDSO: no syscall). */
-static inline uint64_t perf_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 extern const char *perf_role_name;	/* "client" / "server" in messages */
 extern volatile int perf_child_pid;	/* --local: killed when we die */

@@ -447,13 +447,13 @@ static void ps_run_lat(const struct ps_ctx *c, int fd, struct perf_result *res)
 	if (!ns)
 		perf_die("out of memory");
 	for (i = 0; i < total; i++) {
-		uint64_t t0 = perf_now_ns();
+		uint64_t t0 = monotime_ns();
 
 		ps_send_full(c, fd, c->buf, c->row->size);
 		if (!ps_recv_full(c, fd, c->buf, c->row->size))
 			perf_die("recv (%s): the server closed the connection", c->what);
 		if (i >= c->row->warmup)
-			ns[i - c->row->warmup] = perf_now_ns() - t0;
+			ns[i - c->row->warmup] = monotime_ns() - t0;
 	}
 	perf_lat_stats(ns, c->row->iters, res);
 	free(ns);
@@ -468,18 +468,18 @@ static void ps_run_stream(const struct ps_ctx *c, int fd, struct perf_result *re
 	uint64_t limit_ns = (uint64_t)(c->row->seconds * 1e9);
 	uint64_t sent = 0, msgs = 0, seen = 0, t0, k;
 
-	t0 = perf_now_ns();
+	t0 = monotime_ns();
 	do {
 		for (k = 0; k < per_check; k++)
 			ps_send_full(c, fd, c->buf, size);
 		msgs += per_check;
 		sent += per_check * size;
-	} while (sent < c->row->bytes && perf_now_ns() - t0 < limit_ns);
+	} while (sent < c->row->bytes && monotime_ns() - t0 < limit_ns);
 	if (c->api->shutdown(fd, SHUT_WR) < 0)
 		ps_die(c, "shutdown");
 	if (!ps_recv_full(c, fd, &seen, sizeof(seen)))
 		perf_die("recv (%s): no byte count from the server", c->what);
-	perf_bw_result(res, sent, msgs, perf_now_ns() - t0);
+	perf_bw_result(res, sent, msgs, monotime_ns() - t0);
 	if (seen != sent)
 		perf_die("%s stream: the server received %llu bytes of %llu",
 			 c->what, (unsigned long long)seen,
@@ -508,12 +508,12 @@ static void ps_run_connect(const struct ps_ctx *c, struct perf_result *res)
 	char note[sizeof(res->note)] = "", tail[64];
 	size_t keep;
 
-	t0 = perf_now_ns();
+	t0 = monotime_ns();
 	do {
 		wrong += !ps_one_connection(c, 'c', note, sizeof(note));
 		conns++;
-	} while (conns < c->row->iters && perf_now_ns() - t0 < limit_ns);
-	dt = perf_now_ns() - t0;
+	} while (conns < c->row->iters && monotime_ns() - t0 < limit_ns);
+	dt = monotime_ns() - t0;
 	wrong += !ps_one_connection(c, PS_QUIT_BYTE, note, sizeof(note));
 	res->iters = conns;
 	res->seconds = dt / 1e9;

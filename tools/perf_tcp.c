@@ -105,12 +105,12 @@ static void perf_tcp_lat_client(int fd, const struct perf_row *row,
 	if (!ns)
 		perf_die("out of memory");
 	for (i = 0; i < total; i++) {
-		uint64_t t0 = perf_now_ns();
+		uint64_t t0 = monotime_ns();
 
 		perf_tcp_write_full(fd, buf, row->size);
 		perf_tcp_read_full(fd, buf, row->size);
 		if (i >= row->warmup)
-			ns[i - row->warmup] = perf_now_ns() - t0;
+			ns[i - row->warmup] = monotime_ns() - t0;
 	}
 	perf_lat_stats(ns, row->iters, res);
 	free(ns);
@@ -124,17 +124,17 @@ static void perf_tcp_bw_client(int fd, const struct perf_row *row,
 	uint64_t limit_ns = (uint64_t)(row->seconds * 1e9);
 	uint64_t sent = 0, msgs = 0, seen, t0, k;
 
-	t0 = perf_now_ns();
+	t0 = monotime_ns();
 	do {
 		for (k = 0; k < per_check; k++)
 			perf_tcp_write_full(fd, buf, row->size);
 		msgs += per_check;
 		sent += per_check * row->size;
-	} while (sent < row->bytes && perf_now_ns() - t0 < limit_ns);
+	} while (sent < row->bytes && monotime_ns() - t0 < limit_ns);
 	if (shutdown(fd, SHUT_WR) < 0)
 		perf_die_errno("shutdown (tcp)");
 	perf_tcp_read_full(fd, &seen, sizeof(seen));
-	perf_bw_result(res, sent, msgs, perf_now_ns() - t0);
+	perf_bw_result(res, sent, msgs, monotime_ns() - t0);
 	if (seen != sent)
 		perf_die("tcp stream: the server saw %llu bytes of %llu",
 			 (unsigned long long)seen, (unsigned long long)sent);

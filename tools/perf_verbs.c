@@ -436,11 +436,11 @@ static void pf_lat_client(struct perf_ferry *pf, const struct perf_row *row,
 	if (!ns)
 		perf_die("out of memory");
 	for (i = 0; i < total; i++) {
-		uint64_t t0 = perf_now_ns();
+		uint64_t t0 = monotime_ns();
 
 		pf_lat_once(pf, row, i);
 		if (i >= row->warmup)
-			ns[i - row->warmup] = perf_now_ns() - t0;
+			ns[i - row->warmup] = monotime_ns() - t0;
 		if (uses_recv)
 			pf_post_recvs(pf, 1);	/* off the clock */
 	}
@@ -463,7 +463,7 @@ static void pf_bw_client(struct perf_ferry *pf, const struct perf_row *row,
 
 	if (msgs == 0)
 		msgs = 1;
-	t0 = perf_now_ns();
+	t0 = monotime_ns();
 	while (posted < msgs) {
 		bool last = posted + 1 == msgs;
 		uint32_t imm = htonl((uint32_t)(posted & 0x7fffffff));
@@ -474,11 +474,11 @@ static void pf_bw_client(struct perf_ferry *pf, const struct perf_row *row,
 			imm = PF_IMM_STOP;
 		pf_post(pf, opcode, row->size, imm, last);
 		posted++;
-		if ((posted & 63) == 0 && perf_now_ns() - t0 >= limit_ns)
+		if ((posted & 63) == 0 && monotime_ns() - t0 >= limit_ns)
 			msgs = posted + 1;
 	}
 	pf_wait_send(pf, pf->sq_posted);
-	perf_bw_result(res, posted * row->size, posted, perf_now_ns() - t0);
+	perf_bw_result(res, posted * row->size, posted, monotime_ns() - t0);
 }
 
 void perf_ferry_client(struct perf_ferry *pf, const struct perf_row *row,

@@ -87,13 +87,13 @@ void perf_bare_client(struct perf_bare *bare, const struct perf_row *row,
 	if (!ns)
 		perf_die("out of memory");
 	for (i = 1; i <= total; i++) {
-		uint64_t t0 = perf_now_ns();
+		uint64_t t0 = monotime_ns();
 
 		memcpy(bare->to_server, buf, row->size);
 		__atomic_store_n(&bare->hdr->seq_to_server, i, __ATOMIC_RELEASE);
 		perf_bare_wait(&bare->hdr->seq_to_client, i, ctrl_fd);
 		if (i > row->warmup)
-			ns[i - row->warmup - 1] = perf_now_ns() - t0;
+			ns[i - row->warmup - 1] = monotime_ns() - t0;
 	}
 	perf_lat_stats(ns, row->iters, res);
 	free(ns);
@@ -126,7 +126,7 @@ void perf_memcpy_bw(void *dst, const void *src, const struct perf_row *row,
 
 	for (warm = 0; warm < 16; warm++)
 		memcpy(dst, src, row->size);
-	t0 = perf_now_ns();
+	t0 = monotime_ns();
 	do {
 		for (k = 0; k < per_check; k++) {
 			memcpy(dst, src, row->size);
@@ -134,7 +134,7 @@ void perf_memcpy_bw(void *dst, const void *src, const struct perf_row *row,
 			__asm__ volatile("" : : "r"(dst) : "memory");
 		}
 		copies += per_check;
-		now = perf_now_ns();
+		now = monotime_ns();
 	} while (copies * row->size < row->bytes && now - t0 < limit_ns);
 	perf_bw_result(res, copies * row->size, copies, now - t0);
 }

@@ -30,6 +30,8 @@
 
 #include <ferry/cm.h>
 
+#include "monotime.h"
+
 #define PING_PROG "ferry-ping"
 #define PING_DEFAULT_PORT 7174
 #define PING_DEFAULT_SIZE 64	/* rping's default */

@@ -12,14 +12,6 @@
 
 #include "ping.h"
 
-static uint64_t client_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Why an event other than the one expected ended @step, in words. */
 static void client_report_event(const char *step, enum ferry_cm_event_type type,
 				int status)
@@ -136,7 +128,7 @@ static int client_ping(struct ping_conn *conn, unsigned long ping,
 	ping_pattern_fill(conn->source_buf, conn->size, ping);
 	if (ping_opts.validate)
 		memset(conn->data_buf, 0, conn->size);
-	start = client_now_ns();
+	start = monotime_ns();
 	status = ping_conn_send_advert(conn, conn->source_buf, conn->source_mr,
 				       (uint32_t)conn->size);
 	if (status == PING_OK)
@@ -148,7 +140,7 @@ static int client_ping(struct ping_conn *conn, unsigned long ping,
 		status = ping_conn_wait_advert(conn, &go_ahead);
 	if (status != PING_OK)
 		return status;
-	ping_stats_add(stats, client_now_ns() - start);
+	ping_stats_add(stats, monotime_ns() - start);
 	if (ping_opts.validate && client_validate(conn, ping))
 		return PING_FAIL;
 	if (ping_opts.verbose)

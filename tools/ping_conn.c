@@ -40,14 +40,6 @@ static const char *conn_wr_name(uint64_t wr_id, enum ferry_wc_opcode opcode)
 	return "work request";
 }
 
-static uint64_t conn_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void conn_mark_closed(struct ping_conn *conn, const char *why)
 {
 	if (conn->closed)
@@ -346,13 +338,13 @@ int ping_fd_wait(int fd, int timeout_ms)
 int ping_conn_wait_cm(struct ping_conn *conn, int timeout_ms,
 		      enum ferry_cm_event_type *type_p, int *status_p)
 {
-	uint64_t deadline = conn_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	uint64_t deadline = monotime_ns() + (uint64_t)timeout_ms * 1000000u;
 	bool ours = false;
 	int left = timeout_ms, n;
 
 	while (!ours) {
 		if (timeout_ms >= 0) {
-			uint64_t now = conn_now_ns();
+			uint64_t now = monotime_ns();
 
 			left = now >= deadline ? 0 : (int)((deadline - now) / 1000000u) + 1;
 		}
@@ -409,8 +401,8 @@ static int conn_progress(struct ping_conn *conn)
 	n = conn_poll_cq(conn);
 	if (n != 0)
 		return n < 0 ? -1 : 0;
-	deadline = conn_now_ns() + CONN_SPIN_NS;
-	while (conn_now_ns() < deadline && !ping_interrupted) {
+	deadline = monotime_ns() + CONN_SPIN_NS;
+	while (monotime_ns() < deadline && !ping_interrupted) {
 		n = conn_poll_cq(conn);
 		if (n != 0)
 			return n < 0 ? -1 : 0;

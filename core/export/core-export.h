@@ -197,11 +197,8 @@ struct ferry_provider {
 	void (*qp_exchange_abort)(struct ferry_qp *qp);
 };
 
-extern const struct ferry_provider ferry_shm_provider;
-#ifdef HAVE_VERBS
-extern const struct ferry_provider ferry_verbs_provider;
-#endif
-extern const struct ferry_provider ferry_tcp_provider;	/* FERRY_TRANSPORT=tcp only */
+/* The providers, and which transport each serves: transport.h. */
+#include "transport.h"
 
 /* --- qp_state.c: the RC state machine of ibverbs --- */
 

@@ -58,6 +58,7 @@
 
 #include "core-export.h"
 #include "lock.h"
+#include "monotime.h"
 
 #define SHM_MAGIC		0x46525931u	/* "FRY1" */
 #define SHM_VERSION		8u	/* 8: HELLO passes no memory, REGION the peer's pool */
@@ -892,6 +893,10 @@ static inline struct shm_delivery *shm_dq_entry(uint8_t *region, uint32_t dq_siz
  * qp->region, inside). */
 int shm_qp_test_region(struct ferry_qp *qp, void **addr_p, size_t *len_p);
 
-uint64_t shm_now_ns(void);
+/* The provider's clock, util's (monotime.h). */
+static inline uint64_t shm_now_ns(void)
+{
+	return monotime_ns();
+}
 
 #endif /* FERRY_SHM_INTERNAL_H */

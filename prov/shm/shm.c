@@ -39,14 +39,6 @@
 /* What a peer's file must be sealed with before we map it: a fixed size. */
 #define SHM_PEER_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
 
-uint64_t shm_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* --- mappings of peers' files --- */
 
 static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 #include "core-export.h"
+#include "monotime.h"
 #include "tcp_wire.h"
 
 #define TCP_MAX_QP_WR		4096u
@@ -297,7 +298,6 @@ static inline struct tcp_qp *to_tqp(struct ferry_qp *q)
 /* --- tcp.c --- */
 
 extern const struct ferry_provider ferry_tcp_provider;
-uint64_t tcp_now_ns(void);
 /*
  * Under ctx->mr_lock: the MR @stag names in @pd if it grants @access and
  * covers [addr, addr + len); else NULL and *why_p the Terminate code

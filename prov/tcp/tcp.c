@@ -27,14 +27,6 @@
 #define TCP_MAX_MR		(1 << 20)	/* STag index has 24 bits */
 #define TCP_PKEY_DEFAULT	0xffff
 
-uint64_t tcp_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* --- device and context --- */
 
 static struct ferry_device tcp_device = {

@@ -131,7 +131,7 @@ static void tcp_progress_service(struct tcp_qp *qp, uint64_t now)
 /* The timeout until the nearest timer; and service the QPs kicked or due. */
 static int tcp_progress_timers(struct tcp_progress *p, bool scan)
 {
-	uint64_t now = tcp_now_ns(), next = 0;
+	uint64_t now = monotime_ns(), next = 0;
 	struct tcp_qp *qp;
 
 	pthread_mutex_lock(&p->lock);
@@ -152,7 +152,7 @@ static int tcp_progress_timers(struct tcp_progress *p, bool scan)
 	pthread_mutex_unlock(&p->lock);
 	if (!next)
 		return -1;
-	now = tcp_now_ns();
+	now = monotime_ns();
 	return next <= now ? 0 : (int)((next - now + 999999) / 1000000);
 }
 
@@ -174,7 +174,7 @@ static void *tcp_progress_main(void *arg)
 				scan = read(p->evfd, &v, sizeof(v)) > 0 || scan;
 				continue;
 			}
-			tcp_progress_service(evs[i].data.ptr, tcp_now_ns());
+			tcp_progress_service(evs[i].data.ptr, monotime_ns());
 		}
 		timeout = tcp_progress_timers(p, scan);
 		pthread_mutex_lock(&p->lock);

@@ -499,7 +499,7 @@ static void tcp_rx_hold(struct tcp_qp *qp, const struct tcpw_fpdu *f)
 	if (retry < 7) {
 		uint64_t wait = tcp_rnr_us(qp->min_rnr_timer) * 1000 * (retry + 1u);
 
-		__atomic_store_n(&qp->deadline_ns, tcp_now_ns() + wait, __ATOMIC_RELAXED);
+		__atomic_store_n(&qp->deadline_ns, monotime_ns() + wait, __ATOMIC_RELAXED);
 	}
 }
 
@@ -549,7 +549,7 @@ static void tcp_rx_note_partial(struct tcp_qp *qp)
 		return;
 	}
 	if (!qp->partial_since_ns) {
-		qp->partial_since_ns = tcp_now_ns();
+		qp->partial_since_ns = monotime_ns();
 		__atomic_store_n(&qp->deadline_ns,
 				 qp->partial_since_ns + tcp_stall_ms() * 1000000ull,
 				 __ATOMIC_RELAXED);
