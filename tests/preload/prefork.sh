@@ -54,7 +54,14 @@ for _ in range(3):
         child()
     kids.append(pid)
 print(" ".join(map(str, kids)), flush=True)
-signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+def end(*_):
+    for k in kids:      # the children go with it (SIGTERM's default)
+        try:
+            os.kill(k, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    sys.exit(0)
+signal.signal(signal.SIGTERM, end)
 while True:
     signal.pause()
 EOF
