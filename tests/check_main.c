@@ -36,7 +36,10 @@ int main(void)
 	srunner_add_suite(runner, cm_suite());
 	srunner_add_suite(runner, cm_robust_suite());
 	srunner_add_suite(runner, hostile_cm_suite());
-	srunner_add_suite(runner, sock_suite());
+	srunner_add_suite(runner, sock_data_suite());
+	srunner_add_suite(runner, sock_conn_suite());
+	srunner_add_suite(runner, sock_opt_suite());
+	srunner_add_suite(runner, sock_fd_suite());
 	srunner_add_suite(runner, repoll_suite());
 	srunner_add_suite(runner, config_suite());
 	srunner_add_suite(runner, stat_suite());

@@ -23,7 +23,11 @@ Suite *cm_msg_suite(void);
 Suite *cm_suite(void);
 Suite *cm_robust_suite(void);
 Suite *hostile_cm_suite(void);
-Suite *sock_suite(void);
+/* The stream sockets, by area; every one of them is suite "sock". */
+Suite *sock_data_suite(void);
+Suite *sock_conn_suite(void);
+Suite *sock_opt_suite(void);
+Suite *sock_fd_suite(void);
 Suite *repoll_suite(void);
 Suite *config_suite(void);
 Suite *stat_suite(void);
