@@ -17,7 +17,9 @@ Suite *flush_suite(void);
 Suite *channel_suite(void);
 Suite *peer_suite(void);
 Suite *hostile_suite(void);
+/* Both suite "hostile_mem". */
 Suite *hostile_mem_suite(void);
+Suite *hostile_window_suite(void);
 Suite *hostile_squat_suite(void);
 Suite *cm_msg_suite(void);
 Suite *cm_suite(void);
