@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "shm-internal.h"
+#include "shm-ops.h"
 
 uint64_t shm_now_ns(void)
 {

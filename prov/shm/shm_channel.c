@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "shm-internal.h"
+#include "shm-ops.h"
 
 struct ferry_comp_channel *shm_create_comp_channel(struct ferry_context *ctx)
 {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "shm-internal.h"
+#include "shm-ops.h"
 
 /* --- the notify word, and the copies peers read --- */
 

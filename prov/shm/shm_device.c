@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "shm-internal.h"
+#include "shm-ops.h"
 
 static struct ferry_device shm_device = {
 	.provider = &ferry_shm_provider,

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "shm-internal.h"
+#include "shm-ops.h"
 
 /*
  * Tell every connected peer of the PD about a window it can now reach, and

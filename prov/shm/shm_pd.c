@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "shm-internal.h"
+#include "shm-ops.h"
 
 /* --- PDs, and the tables of their MRs' keys --- */
 
