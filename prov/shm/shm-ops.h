@@ -62,7 +62,13 @@ int shm_cq_sleep(struct ferry_cq *cq, struct ferry_cq_sleep *t, int timeout_ms);
 void shm_cq_sleep_cancel(struct ferry_cq *cq);
 void shm_ack_cq_events(struct ferry_cq *cq, unsigned int n);
 int shm_poll_cq(struct ferry_cq *cq, int n, struct ferry_wc *wc);
-/* The CQ's arm word: generation @gen, bits @clear off, @set on; scq->lock held. */
+/*
+ * The CQ's arm word: generation @gen, bits @clear off, @set on; scq->lock
+ * held.  Hidden: it was static, called by shm_cq_signal_local on every
+ * local completion, and a function the compiler must take as interposable
+ * makes that caller save registers around each call.
+ */
+__attribute__((visibility("hidden")))
 void shm_notify_update(struct shm_cq *scq, uint64_t gen, uint32_t clear, uint32_t set);
 /* shm_channel.c: completion channels */
 struct ferry_comp_channel *shm_create_comp_channel(struct ferry_context *ctx);
