@@ -24,6 +24,7 @@ int main(void)
 	srunner_add_suite(runner, arena_suite());
 	srunner_add_suite(runner, qp_state_suite());
 	srunner_add_suite(runner, ops_suite());
+	srunner_add_suite(runner, ops_fork_suite());
 	srunner_add_suite(runner, errors_suite());
 	srunner_add_suite(runner, rnr_suite());
 	srunner_add_suite(runner, flush_suite());

@@ -11,6 +11,7 @@ Suite *query_suite(void);
 Suite *arena_suite(void);
 Suite *qp_state_suite(void);
 Suite *ops_suite(void);
+Suite *ops_fork_suite(void);	/* suite "ops" too */
 Suite *errors_suite(void);
 Suite *rnr_suite(void);
 Suite *flush_suite(void);
