@@ -1,7 +1,7 @@
 /*
  * check_arena.c - the shm arena's pools (one per peer process) and the
  * copies of MR tables and notify words published in them (issue 13,
- * point 5; prov/shm/shm_arena.c, shm.c):
+ * point 5; prov/shm/shm_arena.c, shm_pd.c, shm_cq.c):
  *
  *   - a pool per (pid, uid): another uid with the same pid gets another
  *     pool, and a piece given back returns to its own pool only;

@@ -24,6 +24,7 @@ int main(void)
 	srunner_add_suite(runner, arena_suite());
 	srunner_add_suite(runner, qp_state_suite());
 	srunner_add_suite(runner, ops_suite());
+	srunner_add_suite(runner, ops_fork_suite());
 	srunner_add_suite(runner, errors_suite());
 	srunner_add_suite(runner, rnr_suite());
 	srunner_add_suite(runner, flush_suite());
@@ -31,12 +32,16 @@ int main(void)
 	srunner_add_suite(runner, peer_suite());
 	srunner_add_suite(runner, hostile_suite());
 	srunner_add_suite(runner, hostile_mem_suite());
+	srunner_add_suite(runner, hostile_window_suite());
 	srunner_add_suite(runner, hostile_squat_suite());
 	srunner_add_suite(runner, cm_msg_suite());
 	srunner_add_suite(runner, cm_suite());
 	srunner_add_suite(runner, cm_robust_suite());
 	srunner_add_suite(runner, hostile_cm_suite());
-	srunner_add_suite(runner, sock_suite());
+	srunner_add_suite(runner, sock_data_suite());
+	srunner_add_suite(runner, sock_conn_suite());
+	srunner_add_suite(runner, sock_opt_suite());
+	srunner_add_suite(runner, sock_fd_suite());
 	srunner_add_suite(runner, sock_shim_suite());
 	srunner_add_suite(runner, repoll_suite());
 	srunner_add_suite(runner, config_suite());

@@ -4,7 +4,8 @@
  * (with immediate), RDMA READ, both atomics; several SGEs on both sides,
  * inline data, signaled and unsignaled WRs, fences, WR chains, posting
  * errors; with ferry_alloc memory and with plain heap memory, in one
- * process and across fork().
+ * process.  Across fork(), and blocks registered around a connection:
+ * check_ops_fork.c (the same suite, ops).
  */
 #include "config.h"
 
@@ -73,16 +74,6 @@ static void ops_wr(struct ferry_send_wr *wr, uint64_t wr_id,
 	wr->num_sge = n;
 	wr->send_flags = FERRY_SEND_SIGNALED;
 }
-
-static void ops_post(struct ferry_qp *qp, struct ferry_send_wr *wr)
-{
-	struct ferry_send_wr *bad = NULL;
-
-	ck_assert_msg(ferry_post_send(qp, wr, &bad) == 0, "post_send: %s",
-		      strerror(errno));
-	ck_assert_ptr_null(bad);
-}
-
 /* The send completion of @wr_id: success with @opcode. */
 static void ops_expect_send_wc(struct tu_end *e, uint64_t wr_id,
 			       enum ferry_wc_opcode opcode, uint32_t byte_len)
@@ -153,7 +144,7 @@ static void ops_send_scatter_gather(bool with_imm)
 
 	ops_wr(&wr, 11, with_imm ? FERRY_WR_SEND_WITH_IMM : FERRY_WR_SEND, ssg, 3);
 	wr.imm_data = imm;
-	ops_post(a.qp, &wr);
+	tu_post_send_ok(a.qp, &wr);
 	ops_expect_send_wc(&a, 11, FERRY_WC_SEND, 250);
 	ops_expect_recv_wc(&b, 77, FERRY_WC_RECV, 250, with_imm, imm);
 
@@ -188,7 +179,7 @@ START_TEST(test_send_zero_length)
 
 	ck_assert_int_eq(tu_post_recv1(b.qp, 5, b.buf, 64, b.mr->lkey), 0);
 	ops_wr(&wr, 6, FERRY_WR_SEND, NULL, 0);
-	ops_post(a.qp, &wr);
+	tu_post_send_ok(a.qp, &wr);
 	ops_expect_send_wc(&a, 6, FERRY_WC_SEND, 0);
 	ops_expect_recv_wc(&b, 5, FERRY_WC_RECV, 0, false, 0);
 }
@@ -234,7 +225,7 @@ START_TEST(test_rdma_write)
 	ops_wr(&wr, 21, FERRY_WR_RDMA_WRITE, sg, 3);
 	wr.wr.rdma.remote_addr = remote;
 	wr.wr.rdma.rkey = b.mr->rkey;
-	ops_post(a.qp, &wr);
+	tu_post_send_ok(a.qp, &wr);
 	ops_expect_send_wc(&a, 21, FERRY_WC_RDMA_WRITE, 4024);
 
 	ck_assert(tu_check(b.buf + 777, 1000, 10));
@@ -267,7 +258,7 @@ START_TEST(test_rdma_write_with_imm)
 	wr.imm_data = imm;
 	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 20000;
 	wr.wr.rdma.rkey = b.mr->rkey;
-	ops_post(a.qp, &wr);
+	tu_post_send_ok(a.qp, &wr);
 	ops_expect_send_wc(&a, 31, FERRY_WC_RDMA_WRITE, 500);
 	ops_expect_recv_wc(&b, 50, FERRY_WC_RECV_RDMA_WITH_IMM, 500, true, imm);
 	ck_assert(tu_check(b.buf + 20000, 300, 20));
@@ -281,7 +272,7 @@ START_TEST(test_rdma_write_with_imm)
 	wr.imm_data = htonl(7);
 	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 30000;
 	wr.wr.rdma.rkey = b.mr->rkey;
-	ops_post(a.qp, &wr);
+	tu_post_send_ok(a.qp, &wr);
 	ops_expect_send_wc(&a, 32, FERRY_WC_RDMA_WRITE, 300);
 	ops_expect_recv_wc(&b, 51, FERRY_WC_RECV_RDMA_WITH_IMM, 300, true, htonl(7));
 	ck_assert(tu_check(b.buf + 30000, 300, 20));
@@ -300,7 +291,7 @@ START_TEST(test_rdma_read)
 	ops_wr(&wr, 41, FERRY_WR_RDMA_READ, sg, 3);
 	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 5000;
 	wr.wr.rdma.rkey = b.mr->rkey;
-	ops_post(a.qp, &wr);
+	tu_post_send_ok(a.qp, &wr);
 	ops_expect_send_wc(&a, 41, FERRY_WC_RDMA_READ, 2000);
 	ck_assert_mem_eq(a.buf + 100, b.buf + 5000, 10);
 	ck_assert_mem_eq(a.buf + 3000, b.buf + 5010, 1000);
@@ -323,7 +314,7 @@ START_TEST(test_large_write_read)
 	ops_wr(&wr, 1, FERRY_WR_RDMA_WRITE, &sg, 1);
 	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + LEN;
 	wr.wr.rdma.rkey = b.mr->rkey;
-	ops_post(a.qp, &wr);
+	tu_post_send_ok(a.qp, &wr);
 	ops_expect_send_wc(&a, 1, FERRY_WC_RDMA_WRITE, LEN);
 	ck_assert(tu_check(b.buf + LEN, LEN, 40));
 
@@ -332,7 +323,7 @@ START_TEST(test_large_write_read)
 	ops_wr(&wr, 2, FERRY_WR_RDMA_READ, &sg, 1);
 	wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
 	wr.wr.rdma.rkey = b.mr->rkey;
-	ops_post(a.qp, &wr);
+	tu_post_send_ok(a.qp, &wr);
 	ops_expect_send_wc(&a, 2, FERRY_WC_RDMA_READ, LEN);
 	ck_assert(tu_check(a.buf + LEN, LEN, 41));
 }
@@ -430,7 +421,7 @@ START_TEST(test_inline)
 	ck_assert_int_eq(tu_post_recv1(b.qp, 71, b.buf, 128, b.mr->lkey), 0);
 	ops_wr(&wr, 72, FERRY_WR_SEND, &sg, 1);
 	wr.send_flags |= FERRY_SEND_INLINE;
-	ops_post(a.qp, &wr);
+	tu_post_send_ok(a.qp, &wr);
 	memset(payload, 0, sizeof(payload));
 	ops_expect_send_wc(&a, 72, FERRY_WC_SEND, 0);
 	ops_expect_recv_wc(&b, 71, FERRY_WC_RECV, sizeof(payload), false, 0);
@@ -442,7 +433,7 @@ START_TEST(test_inline)
 	wr.send_flags |= FERRY_SEND_INLINE;
 	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 1000;
 	wr.wr.rdma.rkey = b.mr->rkey;
-	ops_post(a.qp, &wr);
+	tu_post_send_ok(a.qp, &wr);
 	memset(payload, 0, sizeof(payload));
 	ops_expect_send_wc(&a, 74, FERRY_WC_RDMA_WRITE, 0);
 	ck_assert(tu_check(b.buf + 1000, sizeof(payload), 73));
@@ -626,7 +617,7 @@ START_TEST(test_fence)
 	wrt.wr.rdma.remote_addr = (uintptr_t)b.buf + 8192;
 	wrt.wr.rdma.rkey = b.mr->rkey;
 	rd.next = &wrt;
-	ops_post(a.qp, &rd);
+	tu_post_send_ok(a.qp, &rd);
 	ops_expect_send_wc(&a, 1, FERRY_WC_RDMA_READ, 256);
 	ops_expect_send_wc(&a, 2, FERRY_WC_RDMA_WRITE, 0);
 	ck_assert(tu_check(a.buf, 256, 90));	/* the old data */
@@ -665,7 +656,7 @@ START_TEST(test_wr_chain)
 		ops_wr(&wr[i], 600 + (uint64_t)i, FERRY_WR_SEND, &sg[i], 1);
 		wr[i].next = i + 1 < N ? &wr[i + 1] : NULL;
 	}
-	ops_post(a.qp, wr);
+	tu_post_send_ok(a.qp, wr);
 	for (int i = 0; i < N; i++) {
 		ops_expect_send_wc(&a, 600 + (uint64_t)i, FERRY_WC_SEND, 0);
 		ops_expect_recv_wc(&b, 500 + (uint64_t)i, FERRY_WC_RECV,
@@ -763,246 +754,6 @@ START_TEST(test_both_directions)
 }
 END_TEST
 
-/* --- across fork(): heap and ferry_alloc memory of a real peer --- */
-
-enum { XP_LEN = 65536 };
-
-/*
- * A receive buffer in ferry_alloc memory registered for LOCAL_WRITE only
- * (rping's choice): the sender must still be able to place a SEND there,
- * blocks registered before and after the connection alike.
- */
-START_TEST(test_send_into_local_write_only_block)
-{
-	struct tu_opts o = { 0 };
-	struct tu_end snd = { 0 }, rcv = { 0 };
-	struct ferry_mr *early_mr, *late_mr;
-	struct ferry_wc wc;
-	uint8_t *early = ferry_alloc(4096), *late = ferry_alloc(4096);
-
-	ck_assert_ptr_nonnull(early);
-	ck_assert_ptr_nonnull(late);
-	tu_end_open(&snd, &o);
-	tu_end_open(&rcv, &o);
-	early_mr = ferry_reg_mr(rcv.pd, early, 4096, FERRY_ACCESS_LOCAL_WRITE);
-	ck_assert_msg(early_mr != NULL, "reg_mr: %s", strerror(errno));
-	tu_pair_connect(&snd, &rcv, TU_QP_ACCESS_ALL);
-	late_mr = ferry_reg_mr(rcv.pd, late, 4096, FERRY_ACCESS_LOCAL_WRITE);
-	ck_assert_ptr_nonnull(late_mr);
-
-	ck_assert_int_eq(tu_post_recv1(rcv.qp, 1, early, 4096, early_mr->lkey), 0);
-	ck_assert_int_eq(tu_post_recv1(rcv.qp, 2, late, 4096, late_mr->lkey), 0);
-	tu_fill(snd.buf, 3000, 77);
-	tu_fill(snd.buf + 4096, 2000, 78);
-	ck_assert_int_eq(tu_post_send1(snd.qp, 10, FERRY_WR_SEND, 0, snd.buf, 3000,
-				       snd.mr->lkey, 0, 0), 0);
-	ck_assert_int_eq(tu_post_send1(snd.qp, 11, FERRY_WR_SEND, 0, snd.buf + 4096, 2000,
-				       snd.mr->lkey, 0, 0), 0);
-	for (uint64_t id = 1; id <= 2; id++) {
-		tu_poll1(rcv.recv_cq, &wc);
-		ck_assert_msg(wc.status == FERRY_WC_SUCCESS, "recv %llu: %s",
-			      (unsigned long long)wc.wr_id, ferry_wc_status_str(wc.status));
-		ck_assert_uint_eq(wc.wr_id, id);
-	}
-	ck_assert(tu_check(early, 3000, 77));
-	ck_assert(tu_check(late, 2000, 78));
-	ck_assert_int_eq(ferry_dereg_mr(early_mr), 0);
-	ck_assert_int_eq(ferry_dereg_mr(late_mr), 0);
-	tu_pair_close(&snd, &rcv);
-	ferry_free(early);
-	ferry_free(late);
-}
-END_TEST
-
-static int ops_cross_child(int sock, int ctl, void *arg)
-{
-	struct tu_opts o = { .max_inline = 64 };
-	struct tu_remote mine, peer;
-	struct tu_end e;
-	struct ferry_wc wc;
-	char *heap;
-	struct ferry_mr *heap_mr;
-	uint64_t *result;
-	uint32_t verdict;
-
-	tu_child_end_open(&e, &o);
-	heap = malloc(XP_LEN);
-	TU_CHILD_CHECK(heap != NULL);
-	memset(heap, 0, XP_LEN);
-	heap_mr = ferry_reg_mr(e.pd, heap, XP_LEN, FERRY_ACCESS_LOCAL_WRITE |
-			       FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_READ);
-	TU_CHILD_CHECK(heap_mr != NULL);
-	mine = (struct tu_remote){ (uintptr_t)e.buf, e.len, e.mr->rkey,
-				   e.qp->qp_num, (uintptr_t)heap, XP_LEN,
-				   heap_mr->rkey, 0 };
-	TU_CHILD_CHECK(tu_msg_send(sock, &mine, sizeof(mine)) == 0);
-	TU_CHILD_CHECK(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS) == 0);
-	TU_CHILD_CHECK(ferry_qp_connect_sock(e.qp, sock, TU_QP_ACCESS_ALL) == 0);
-	TU_CHILD_CHECK(tu_post_recv1(e.qp, 1, e.buf + 32768, 4096, e.mr->lkey) == 0);
-
-	/* the parent WRITEs into both regions, then SENDs */
-	TU_CHILD_CHECK(tu_child_poll(e.recv_cq, &wc, 1, TU_WAIT_MS) == 1);
-	TU_CHILD_CHECK(wc.status == FERRY_WC_SUCCESS && wc.wr_id == 1);
-	TU_CHILD_CHECK(wc.opcode == FERRY_WC_RECV && wc.byte_len == 100);
-	TU_CHILD_CHECK((wc.wc_flags & FERRY_WC_WITH_IMM) && wc.imm_data == htonl(42));
-	TU_CHILD_CHECK(tu_check(e.buf + 32768, 100, 502));
-	TU_CHILD_CHECK(tu_check(e.buf + 1000, 5000, 500));
-	TU_CHILD_CHECK(tu_check(heap + 2000, 6000, 501));
-
-	/* fetch-add on the parent's shared memory, READ of its heap */
-	result = (uint64_t *)(e.buf + 16384);
-	TU_CHILD_CHECK(tu_post_atomic(e.qp, 2, FERRY_WR_ATOMIC_FETCH_AND_ADD,
-				      result, e.mr->lkey, peer.addr + 64,
-				      peer.rkey, 1000, 0) == 0);
-	TU_CHILD_CHECK(tu_child_poll(e.send_cq, &wc, 1, TU_WAIT_MS) == 1);
-	TU_CHILD_CHECK(wc.status == FERRY_WC_SUCCESS && wc.wr_id == 2);
-	TU_CHILD_CHECK(*result == 7);
-	TU_CHILD_CHECK(tu_post_send1(e.qp, 3, FERRY_WR_RDMA_READ, 0, e.buf + 20000,
-				     3000, e.mr->lkey, peer.addr2 + 300,
-				     peer.rkey2) == 0);
-	TU_CHILD_CHECK(tu_child_poll(e.send_cq, &wc, 1, TU_WAIT_MS) == 1);
-	TU_CHILD_CHECK(wc.status == FERRY_WC_SUCCESS && wc.wr_id == 3);
-	TU_CHILD_CHECK(wc.opcode == FERRY_WC_RDMA_READ && wc.byte_len == 3000);
-	TU_CHILD_CHECK(tu_check(e.buf + 20000, 3000, 503));
-
-	/* WRITE into the parent's heap, then report */
-	tu_fill(e.buf + 40000, 1500, 504);
-	TU_CHILD_CHECK(tu_post_send1(e.qp, 4, FERRY_WR_RDMA_WRITE, 0, e.buf + 40000,
-				     1500, e.mr->lkey, peer.addr2 + 10000,
-				     peer.rkey2) == 0);
-	verdict = 0x600d;
-	memcpy(e.buf + 50000, &verdict, sizeof(verdict));
-	TU_CHILD_CHECK(tu_post_send1(e.qp, 5, FERRY_WR_SEND, 0, e.buf + 50000, 4,
-				     e.mr->lkey, 0, 0) == 0);
-	TU_CHILD_CHECK(tu_child_poll(e.send_cq, &wc, 1, TU_WAIT_MS) == 1);
-	TU_CHILD_CHECK(wc.status == FERRY_WC_SUCCESS && wc.wr_id == 4);
-	TU_CHILD_CHECK(tu_child_poll(e.send_cq, &wc, 1, TU_WAIT_MS) == 1);
-	TU_CHILD_CHECK(wc.status == FERRY_WC_SUCCESS && wc.wr_id == 5);
-
-	/* stay until the parent is done with our memory */
-	TU_CHILD_CHECK(tu_recv_u32(ctl, &verdict, TU_WAIT_MS) == 0);
-	TU_CHILD_CHECK(ferry_dereg_mr(heap_mr) == 0);
-	free(heap);
-	tu_child_end_close(&e);
-	(void)arg;
-	return 0;
-}
-
-START_TEST(test_cross_process)
-{
-	struct tu_opts o = { .max_inline = 64 };
-	struct tu_remote mine, peer;
-	struct tu_end p;
-	struct ferry_wc wc;
-	struct ferry_sge sg;
-	struct ferry_send_wr wr;
-	char *heap;
-	struct ferry_mr *heap_mr;
-	int sock, ctl;
-	pid_t pid;
-	uint32_t verdict;
-
-	/* fork first: the child inherits none of our ferry state */
-	pid = tu_fork(ops_cross_child, NULL, &sock, &ctl);
-	tu_end_open(&p, &o);
-	heap = malloc(XP_LEN);
-	ck_assert_ptr_nonnull(heap);
-	tu_fill(heap, XP_LEN, 0);
-	tu_fill(heap + 300, 3000, 503);
-	heap_mr = ferry_reg_mr(p.pd, heap, XP_LEN, FERRY_ACCESS_LOCAL_WRITE |
-			       FERRY_ACCESS_REMOTE_WRITE | FERRY_ACCESS_REMOTE_READ);
-	ck_assert_ptr_nonnull(heap_mr);
-	*(uint64_t *)(p.buf + 64) = 7;
-
-	mine = (struct tu_remote){ (uintptr_t)p.buf, p.len, p.mr->rkey,
-				   p.qp->qp_num, (uintptr_t)heap, XP_LEN,
-				   heap_mr->rkey, 0 };
-	ck_assert_int_eq(tu_msg_send(sock, &mine, sizeof(mine)), 0);
-	ck_assert_int_eq(tu_msg_recv(sock, &peer, sizeof(peer), TU_WAIT_MS), 0);
-	ck_assert_int_eq(ferry_qp_connect_sock(p.qp, sock, TU_QP_ACCESS_ALL), 0);
-	ck_assert_int_eq(tu_post_recv1(p.qp, 9, p.buf + 30000, 64, p.mr->lkey), 0);
-	close(sock);
-
-	tu_fill(p.buf + 1000, 5000, 500);
-	tu_fill(p.buf + 8000, 6000, 501);
-	tu_fill(p.buf + 15000, 100, 502);
-	ck_assert_int_eq(tu_post_send1(p.qp, 1, FERRY_WR_RDMA_WRITE, 0, p.buf + 1000,
-				       5000, p.mr->lkey, peer.addr + 1000, peer.rkey), 0);
-	ck_assert_int_eq(tu_post_send1(p.qp, 2, FERRY_WR_RDMA_WRITE, 0, p.buf + 8000,
-				       6000, p.mr->lkey, peer.addr2 + 2000,
-				       peer.rkey2), 0);
-	sg = (struct ferry_sge){ (uintptr_t)(p.buf + 15000), 100, p.mr->lkey };
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = 3;
-	wr.opcode = FERRY_WR_SEND_WITH_IMM;
-	wr.imm_data = htonl(42);
-	wr.sg_list = &sg;
-	wr.num_sge = 1;
-	ops_post(p.qp, &wr);
-	for (uint64_t i = 1; i <= 3; i++) {
-		tu_poll1(p.send_cq, &wc);
-		ck_assert_msg(wc.status == FERRY_WC_SUCCESS, "wr %llu: %s",
-			      (unsigned long long)wc.wr_id,
-			      ferry_wc_status_str(wc.status));
-		ck_assert_uint_eq(wc.wr_id, i);
-	}
-
-	/* the child's report; by then its atomic and WRITE have landed */
-	tu_poll1(p.recv_cq, &wc);
-	ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
-	ck_assert_uint_eq(wc.wr_id, 9);
-	ck_assert_uint_eq(wc.byte_len, 4);
-	memcpy(&verdict, p.buf + 30000, 4);
-	ck_assert_uint_eq(verdict, 0x600d);
-	ck_assert_uint_eq(*(uint64_t *)(p.buf + 64), 1007);
-	ck_assert(tu_check(heap + 10000, 1500, 504));
-	ck_assert(tu_check(heap + 300, 3000, 503));
-
-	ck_assert_int_eq(tu_send_u32(ctl, 1), 0);
-	ck_assert_int_eq(tu_wait_child(pid, TU_WAIT_MS), 0);
-	close(ctl);
-	ck_assert_int_eq(ferry_dereg_mr(heap_mr), 0);
-	free(heap);
-	tu_end_close(&p);
-}
-END_TEST
-
-/*
- * A PD sized for one MR with remote access takes more once connected (a
- * socket's iomaps): on shm the rest of its table is made then and reaches
- * the peer before the keys can, and the peer writes into each.
- */
-START_TEST(test_small_pd_grows_connected)
-{
-	struct tu_opts o = { .buf_len = 1 << 16, .pd_max_remote = 1 };
-	struct ferry_mr *extra[3];
-	struct tu_end x, y;
-	struct ferry_wc wc;
-	int i;
-
-	tu_pair_open(&x, &y, &o);	/* x.mr and y.mr fill the small tables */
-	for (i = 0; i < 3; i++) {
-		extra[i] = ferry_reg_mr(y.pd, y.buf + 4096 * (i + 1), 4096,
-					FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE);
-		ck_assert_ptr_nonnull(extra[i]);
-	}
-	tu_fill(x.buf, 3 * 4096, 7);
-	for (i = 0; i < 3; i++)
-		ck_assert_int_eq(tu_post_send1(x.qp, (uint64_t)i, FERRY_WR_RDMA_WRITE,
-					       FERRY_SEND_SIGNALED, x.buf + 4096 * i, 4096,
-					       x.mr->lkey, (uintptr_t)(y.buf + 4096 * (i + 1)),
-					       extra[i]->rkey), 0);
-	for (i = 0; i < 3; i++) {
-		tu_poll1(x.send_cq, &wc);
-		ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
-	}
-	ck_assert(tu_check(y.buf + 4096, 3 * 4096, 7));
-	for (i = 0; i < 3; i++)
-		ck_assert_int_eq(ferry_dereg_mr(extra[i]), 0);
-	tu_pair_close(&x, &y);
-}
-END_TEST
-
 Suite *ops_suite(void)
 {
 	Suite *s = suite_create("ops");
@@ -1049,17 +800,6 @@ Suite *ops_suite(void)
 	tcase_add_test(tc, test_large_write_read);
 	tcase_add_test(tc, test_inline);
 	tcase_add_test(tc, test_wr_chain);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("blocks");
-	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
-	tcase_add_test(tc, test_send_into_local_write_only_block);
-	tcase_add_test(tc, test_small_pd_grows_connected);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("cross_process");
-	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
-	tcase_add_test(tc, test_cross_process);
 	suite_add_tcase(s, tc);
 	return s;
 }

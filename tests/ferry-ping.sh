@@ -70,6 +70,20 @@ start_server() {
 
 # The line rping prints for ping N of SIZE bytes with -v.
 # shellcheck disable=SC2046
+# Wait (bounded) until server @name has its client connected: a kill before
+# that tests nothing (the server rightly waits on for a client), and under
+# load a client takes any time to get there.
+wait_established() {
+	local name=$1 _
+	for _ in $(seq 400); do
+		grep -q "established" "$tmp/$name.err" && return 0
+		sleep 0.05
+	done
+	fail "server $name saw no connection established:"
+	cat "$tmp/$name.err"
+	return 1
+}
+
 alphabet=$(printf '%b' "$(printf '\\%03o' $(seq 65 122))")
 expected_line() {
 	local n=$1 size=$2 prefix="rdma-ping-$1: " run=""
@@ -156,7 +170,7 @@ done
 start_server victim -q || exit 1
 spawn "$tmp/orphan.out" "$tmp/orphan.err" "$ping" -c -a 127.0.0.1 -p "$port" -q
 client_pid=$spawned
-sleep 0.5
+wait_established victim
 disown "$server_pid"	# no "Killed" notice from bash
 kill -9 "$server_pid"
 start=$(now_ms)
@@ -172,7 +186,7 @@ grep -q 'lost during ping' "$tmp/orphan.err" ||
 start_server survivor || exit 1
 spawn /dev/null /dev/null "$ping" -c -a 127.0.0.1 -p "$port" -q
 client_pid=$spawned
-sleep 0.5
+wait_established survivor
 disown "$client_pid"
 kill -9 "$client_pid"
 start=$(now_ms)

@@ -478,6 +478,15 @@ int tu_post_send1(struct ferry_qp *qp, uint64_t wr_id,
 	return ferry_post_send(qp, &wr, &bad);
 }
 
+void tu_post_send_ok(struct ferry_qp *qp, struct ferry_send_wr *wr)
+{
+	struct ferry_send_wr *bad = NULL;
+
+	ck_assert_msg(ferry_post_send(qp, wr, &bad) == 0, "post_send: %s",
+		      strerror(errno));
+	ck_assert_ptr_null(bad);
+}
+
 int tu_post_atomic(struct ferry_qp *qp, uint64_t wr_id,
 		   enum ferry_wr_opcode opcode, void *local, uint32_t lkey,
 		   uint64_t remote_addr, uint32_t rkey,

@@ -137,6 +137,8 @@ int tu_post_atomic(struct ferry_qp *qp, uint64_t wr_id,
 		   uint64_t compare_add, uint64_t swap);
 int tu_post_recv1(struct ferry_qp *qp, uint64_t wr_id, void *addr,
 		  uint32_t len, uint32_t lkey);
+/* Post @wr and the WRs chained to it; fail the test unless all were taken. */
+void tu_post_send_ok(struct ferry_qp *qp, struct ferry_send_wr *wr);
 
 /* Fill with a pattern derived from @seed; check it. */
 void tu_fill(void *buf, size_t len, unsigned int seed);

@@ -20,7 +20,7 @@
  * The owner keeps the primary copy of a PD's table and of a CQ's word in
  * memory no peer maps (the arena's private pool), writes every change
  * there and then to the mirror in the pool of each peer process it has a
- * connection with through that PD or CQ (shm.c), and reads only the
+ * connection with through that PD or CQ (shm_pd.c), and reads only the
  * primary.  A PD or CQ shared by connections to several processes thus
  * shows each of them that PD's MR table (an rkey is valid on any QP of its
  * PD, as in ibverbs), and nothing of any other PD, CQ or QP.  Pool
@@ -281,7 +281,7 @@ bool shm_table_msg_ok(uint64_t off);	/* TABLE: off[0], the overflow table */
 struct shm_region_layout;
 bool shm_region_msg_ok(const struct shm_msg *m, int nfds, const struct shm_region_layout *want);
 
-/* --- mappings of peers' files, shared by every connection to them --- */
+/* --- mappings of peers' files, shared by every connection to them (shm_map.c) --- */
 
 struct shm_mapping {
 	void *addr;
@@ -373,7 +373,7 @@ struct shm_mapping *shm_arena_map_peer(int fd, uint64_t off, uint64_t size, cons
 /*
  * A PD's MR table or a CQ's notify word as one peer process sees it: a
  * copy in that process's pool, made by the first connection between them
- * through the PD or CQ, given back when the last one ends (shm.c).
+ * through the PD or CQ, given back when the last one ends (shm_pd.c).
  */
 struct shm_mirror {
 	struct shm_pool *pool;
@@ -649,7 +649,7 @@ static inline struct shm_qp *to_sqp(struct ferry_qp *qp)
 	return container_of(qp, struct shm_qp, qp);
 }
 
-/* shm.c: context, PD, MR, CQ, channel */
+/* shm_pd.c, shm_mr.c, shm_cq.c: what connections and the data path use */
 const struct shm_mr_entry *shm_mr_lookup_local(struct shm_pd *pd, uint32_t lkey);
 const struct shm_mr_entry *shm_pd_next_entry(struct shm_pd *spd, uint32_t *pos);
 int shm_conn_announce_table(struct shm_conn *conn, const struct shm_piece *p);

@@ -31,8 +31,8 @@
  * (a server that 10,000 processes once connected to keeps 8, not 10,000).
  *
  * The private pool holds what no peer may map: the owners' primary copies
- * of MR tables and notify words (shm.c publishes a copy of each in the pool
- * of every peer process connected through it).  Its segments are anonymous
+ * of MR tables and notify words (shm_pd.c and shm_cq.c publish a copy of
+ * each in the pool of every peer process connected through it).  Its segments are anonymous
  * shared memory, with no descriptor to pass at all: still shared with a
  * child after fork, as the tables were, and recycled with their slots' key
  * generations, so an old rkey matches nothing the next PD registers.
