@@ -47,6 +47,7 @@ int main(void)
 	srunner_add_suite(runner, config_suite());
 	srunner_add_suite(runner, stat_suite());
 	srunner_add_suite(runner, tcp_wire_suite());
+	srunner_add_suite(runner, tcp_wire_ddp_suite());
 	srunner_add_suite(runner, tcp_suite());
 	srunner_add_suite(runner, util_suite());
 	srunner_add_suite(runner, transport_suite());

@@ -36,6 +36,7 @@ Suite *repoll_suite(void);
 Suite *config_suite(void);
 Suite *stat_suite(void);
 Suite *tcp_wire_suite(void);
+Suite *tcp_wire_ddp_suite(void);
 Suite *tcp_suite(void);
 Suite *util_suite(void);
 Suite *transport_suite(void);
