@@ -167,6 +167,13 @@ struct cm_transport {
 	/* Optional: an established quiet id lets go of what the provider
 	 * holds as well (ferry_cm_let_go). */
 	void (*let_go)(struct cm_id_priv *id);
+	/*
+	 * Optional, caller's thread (ferry_cm_progress): if what the id waits
+	 * for from its peer is there, take the id back from the loop and run
+	 * the step the CM thread would have run; 1 when it did, else 0.
+	 * Never waits for the peer.
+	 */
+	int (*progress)(struct cm_id_priv *id);
 };
 
 extern const struct cm_transport cm_shm_transport;

@@ -664,6 +664,21 @@ int ferry_cm_let_go(struct ferry_cm_id *id)
 	return cm_id_call_taking(to_cm_id(id), to_cm_id(id)->tp, cm_let_go_op, to_cm_id(id));
 }
 
+int ferry_cm_progress(struct ferry_cm_id *id)
+{
+	struct cm_id_priv *priv;
+	int done = 0;
+	size_t i;
+
+	if (!id)
+		return ERR(EINVAL);
+	priv = to_cm_id(id);
+	for (i = 0; i < cm_transports_count; i++)
+		if (priv->tp_data[i] && cm_transports[i]->progress)
+			done |= cm_transports[i]->progress(priv);
+	return done;
+}
+
 /* --- addresses and names --- */
 
 struct sockaddr *ferry_get_local_addr(struct ferry_cm_id *id)

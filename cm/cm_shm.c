@@ -61,6 +61,7 @@
 #include "config.h"
 #endif
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,6 +382,45 @@ int shm_cm_watch_hangup(struct shm_cm_id *st)
 	return 0;
 }
 
+/* Is @fd readable (or hung up) right now?  One poll(2), never waiting. */
+static bool shm_cm_readable(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	return fd >= 0 && poll(&pfd, 1, 0) == 1 && !(pfd.revents & POLLNVAL);
+}
+
+/*
+ * cm_transport.progress.  A listener takes what waits at its rendezvous
+ * (cm_shm_listen.c); any other id whose read watch (the listener's answer,
+ * the peer's side of the exchange) has something to read is taken back
+ * from the loop, as unloop does, and its callback runs here: a step that
+ * reads what is there and, when more must come, arms the watch again.
+ * What the id's flags say is only a hint until cm_watch_del has claimed
+ * the watch (the CM thread may be running the callback right now); then
+ * it is ours, and a watch that is no longer a read watch goes back.
+ */
+static int shm_cm_progress(struct cm_id_priv *id)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+
+	if (!st)
+		return 0;
+	if (st->bind_fd >= 0)
+		return shm_cm_listen_progress(st);
+	if (!st->armed || st->retry_armed || st->watch.what != EV_READ ||
+	    !shm_cm_readable(st->sock) || !cm_watch_del(&st->watch))
+		return 0;
+	if (st->watch.what != EV_READ) {
+		if (cm_watch_readd(&st->watch) < 0)
+			ferry_warn("cm: cannot watch a connection again");
+		return 0;
+	}
+	id->in_loop = false;
+	st->watch.cb(st->sock, EV_READ, st);
+	return 1;
+}
+
 /*
  * The caller's thread: take the id back from the loop for a call that
  * ends or restarts its life there.  cm_watch_del (event_del for the retry
@@ -489,4 +529,5 @@ const struct cm_transport cm_shm_transport = {
 	.disconnect = shm_cm_disconnect,
 	.destroy = shm_cm_destroy,
 	.let_go = shm_cm_let_go,
+	.progress = shm_cm_progress,
 };

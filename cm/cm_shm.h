@@ -176,6 +176,9 @@ int shm_cm_listen(struct cm_id_priv *id, int backlog);
 int shm_cm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param *param);
 int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param);
 int shm_cm_reject(struct cm_id_priv *id, const void *pdata, uint8_t len);
+/* ferry_cm_progress of a listener: take the connections waiting at its
+ * rendezvous, here; 1 when it took any. */
+int shm_cm_listen_progress(struct shm_cm_id *st);
 
 /* cm_shm_connect.c */
 int shm_cm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param);

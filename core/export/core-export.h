@@ -451,6 +451,17 @@ int ferry_cm_listen_share(struct ferry_cm_id *id);
  */
 int ferry_cm_listen_take(struct ferry_cm_id *id);
 /*
+ * ferry_cm_progress - take the next step of @id's connect, accept or
+ * listen in the caller's thread when what it waits for has come (the
+ * listener's answer, the peer's side of the QP exchange, connections at
+ * a listener's rendezvous), rather than leave it to the CM thread: on a
+ * caller that polls anyway, a thread switch less per step.  Never waits
+ * for the peer; what was done comes as events, as it would have.  1 when
+ * a step was taken, 0 when nothing had come (or the transport has no
+ * such steps).  The caller serializes its calls on @id with this one.
+ */
+int ferry_cm_progress(struct ferry_cm_id *id);
+/*
  * ferry_cm_adopt_rendezvous - @id (fresh, ferry_cm_hold_port'd with the
  * TCP socket @fd was made for) listens, shared, on @fd: a listening
  * rendezvous inherited by fork, which it owns from a successful
