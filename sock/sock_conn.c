@@ -1017,6 +1017,19 @@ static bool sock_conn_progress(struct ferry_sock *s)
 }
 
 /*
+ * Should a caller that found nothing give its CPU to the CM thread?  Only
+ * while the CM thread has a step to take that this caller cannot: before
+ * the request is out (resolution), or for a connect that waits for a
+ * retry timer.  A listener, and a connect whose answer or exchange this
+ * caller takes itself, keep the CPU: the CM thread, woken too by what
+ * arrives, would get there first and cost two thread switches.
+ */
+static bool sock_conn_yields(const struct ferry_sock *s)
+{
+	return s->state == SOCK_LISTENING || (s->state == SOCK_CONNECTING && !s->qp);
+}
+
+/*
  * Take the socket's CM events, and the steps that wait for this thread
  * (sock_conn_progress).  While it connects or listens, the rest comes
  * from the CM thread of this process, which may share the caller's CPU
@@ -1034,6 +1047,6 @@ void sock_conn_process(struct ferry_sock *s)
 		got = sock_conn_take_events(s);
 	if (s->chan_park)
 		sock_conn_park(s);
-	if (!got && (s->state == SOCK_CONNECTING || s->state == SOCK_LISTENING))
+	if (!got && sock_conn_yields(s))
 		sched_yield();
 }
