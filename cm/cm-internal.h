@@ -174,6 +174,16 @@ struct cm_transport {
 	 * Never waits for the peer.
 	 */
 	int (*progress)(struct cm_id_priv *id);
+	/*
+	 * Optional, caller's thread (ferry_cm_hold, ferry_cm_release): take
+	 * the id's read watch from the loop for a caller that sleeps on its
+	 * descriptor instead (returned; *ms_p lowered to the watch's
+	 * deadline), -1 when there is none; then take the step if what it
+	 * waits for has come or its time is up (1), or give the watch back
+	 * (0).  A held id is the caller's: the loop does nothing for it.
+	 */
+	int (*hold)(struct cm_id_priv *id, int *ms_p);
+	int (*release)(struct cm_id_priv *id);
 };
 
 extern const struct cm_transport cm_shm_transport;

@@ -679,6 +679,28 @@ int ferry_cm_progress(struct ferry_cm_id *id)
 	return done;
 }
 
+int ferry_cm_hold(struct ferry_cm_id *id, int *ms_p)
+{
+	struct cm_id_priv *priv;
+
+	if (!id || !ms_p)
+		return ERR(EINVAL);
+	priv = to_cm_id(id);
+	if (!priv->tp || !priv->tp->hold)
+		return -1;
+	return priv->tp->hold(priv, ms_p);
+}
+
+int ferry_cm_release(struct ferry_cm_id *id)
+{
+	struct cm_id_priv *priv;
+
+	if (!id)
+		return ERR(EINVAL);
+	priv = to_cm_id(id);
+	return priv->tp && priv->tp->release ? priv->tp->release(priv) : 0;
+}
+
 /* --- addresses and names --- */
 
 struct sockaddr *ferry_get_local_addr(struct ferry_cm_id *id)

@@ -83,6 +83,7 @@ struct shm_cm_id {
 	struct event *retry_ev;
 	bool armed;			/* the watch or retry_ev armed, its callback not run */
 	bool retry_armed;		/* ... and it was retry_ev */
+	bool held;			/* the watch taken by a sleeping caller (ferry_cm_hold) */
 	uint64_t armed_deadline_ms;	/* its timeout's end, 0: none */
 	struct shm_cm_request *request;	/* client, until the outcome */
 	/* The QP exchange after ACCEPT, either side: its end, and the QP

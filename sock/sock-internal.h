@@ -72,6 +72,7 @@
 #define FERRY_SOCK_INTERNAL_H
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -446,6 +447,16 @@ int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen
 int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd, int rdv_fd);
 /* Process queued CM events of @s (cm_lock held). */
 void sock_conn_process(struct ferry_sock *s);
+/*
+ * sock_conn_hold - a thread about to sleep on @s takes the handshake steps
+ * it waits for from the CM thread (ferry_cm_hold): the connect's, or those
+ * of the connections a listener accepted; their sockets go in @fds (room
+ * for @max), *@ms_p is lowered to their deadlines; their count.
+ * sock_conn_release after the sleep, whatever woke it: the steps that
+ * can run run here, the rest go back.  Both take cm_lock.
+ */
+int sock_conn_hold(struct ferry_sock *s, struct pollfd *fds, int max, int *ms_p);
+void sock_conn_release(struct ferry_sock *s);
 /* Take a ready accepted socket; NULL if none. cm_lock held. */
 struct ferry_sock *sock_conn_take_ready(struct ferry_sock *listener);
 void sock_conn_put_back(struct ferry_sock *listener, struct ferry_sock *s);

@@ -1016,6 +1016,47 @@ static bool sock_conn_progress(struct ferry_sock *s)
 	return stepped;
 }
 
+/* Hold the step @id waits for into @pfd: true if there is one. */
+static bool sock_conn_hold_id(struct ferry_cm_id *id, struct pollfd *pfd, int *ms_p)
+{
+	int fd = id ? ferry_cm_hold(id, ms_p) : -1;
+
+	*pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+	return fd >= 0;
+}
+
+int sock_conn_hold(struct ferry_sock *s, struct pollfd *fds, int max, int *ms_p)
+{
+	struct ferry_sock *p;
+	int n = 0;
+
+	pthread_mutex_lock(&s->cm_lock);
+	if (s->chan && s->chan_in_epoll && s->state == SOCK_CONNECTING && max > 0)
+		n += sock_conn_hold_id(s->id, &fds[n], ms_p);
+	else if (s->chan && s->state == SOCK_LISTENING)
+		for (p = s->pending; p && n < max; p = p->next)
+			n += sock_conn_hold_id(p->id, &fds[n], ms_p);
+	pthread_mutex_unlock(&s->cm_lock);
+	return n;
+}
+
+/* An id held and not released (the socket changed meanwhile) is no
+ * leak: whatever took it from us ended the hold (unloop). */
+void sock_conn_release(struct ferry_sock *s)
+{
+	struct ferry_sock *p;
+
+	pthread_mutex_lock(&s->cm_lock);
+	if (s->state == SOCK_CONNECTING && s->id)
+		ferry_cm_release(s->id);
+	else if (s->state == SOCK_LISTENING)
+		for (p = s->pending; p; p = p->next)
+			if (p->id)
+				ferry_cm_release(p->id);
+	sock_conn_process(s);
+	pthread_mutex_unlock(&s->cm_lock);
+}
+
 /*
  * Should a caller that found nothing give its CPU to the CM thread?  Only
  * while the CM thread has a step to take that this caller cannot: before
