@@ -617,6 +617,82 @@ START_TEST(test_progress_in_caller)
 }
 END_TEST
 
+/* Hold @id's step, sleep on its socket (bounded), release: what release said. */
+static int cm_hold_sleep_release(struct ferry_cm_id *id)
+{
+	int ms = 5000, fd = ferry_cm_hold(id, &ms);
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_gt(ms, 0);
+	ck_assert_int_le(ms, 5000);
+	ck_assert_int_eq(ferry_cm_hold(id, &ms), -1);	/* held already */
+	ck_assert_int_eq(poll(&p, 1, ms), 1);
+	return ferry_cm_release(id);
+}
+
+/*
+ * ferry_cm_hold gives the caller the descriptor a step waits on and its
+ * deadline; ferry_cm_release after the sleep runs the step (1), or gives
+ * it back to the loop when nothing came (0), from which a later hold takes
+ * it again: with the CM thread held, the connect and its accept complete
+ * through hold and release alone (and progress, for the rendezvous).
+ */
+START_TEST(test_hold_release)
+{
+	struct ferry_conn_param p = { .responder_resources = 1, .initiator_depth = 1,
+				      .rnr_retry_count = 7 };
+	struct sockaddr_storage dst;
+	struct ferry_cm_event *ev;
+	struct cmt_end l, c, s;
+	struct cm_stall stall;
+	uint16_t port;
+	char byte;
+	int ms = -1;
+
+	if (!tu_on_shm()) {
+		printf("SKIP test_hold_release on %s: shm steps only\n", tu_transport());
+		return;
+	}
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	ck_assert_int_eq(ferry_cm_hold(l.id, &ms), -1);	/* a listener has no such step */
+	ck_assert_int_eq(pipe(stall.held), 0);
+	ck_assert_int_eq(pipe(stall.go), 0);
+	ck_assert_int_eq(pthread_create(&stall.thread, NULL, cm_stall_main, &stall), 0);
+	ck_assert_int_eq(read(stall.held[0], &byte, 1), 1);
+	cmt_addr(&dst, AF_INET, port);
+	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
+	ck_assert_int_ge(ferry_cm_hold(c.id, &ms), 0);
+	ck_assert_int_gt(ms, 0);		/* the connect timeout's rest */
+	ck_assert_int_eq(ferry_cm_release(c.id), 0);	/* nothing came: back to the loop */
+
+	ck_assert_int_eq(ferry_cm_progress(l.id), 1);
+	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
+	s = (struct cmt_end){ .id = ev->id };
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(cmt_create_qp(s.id), 0);
+	ck_assert_int_eq(ferry_accept(s.id, &p), 0);
+	ck_assert_int_eq(cm_hold_sleep_release(c.id), 1);	/* ACCEPT */
+	ck_assert_int_eq(cm_hold_sleep_release(s.id), 1);	/* the client's half */
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert_int_eq(cm_hold_sleep_release(c.id), 1);	/* READY */
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert_int_eq(ferry_cm_hold(c.id, &ms), -1);	/* nothing left to wait for */
+
+	ck_assert_int_eq(write(stall.go[1], "g", 1), 1);
+	ck_assert_int_eq(pthread_join(stall.thread, NULL), 0);
+	close(stall.held[0]);
+	close(stall.held[1]);
+	close(stall.go[0]);
+	close(stall.go[1]);
+	ck_assert_int_eq(tu_qp_state(c.id->qp), FERRY_QPS_RTS);
+	ck_assert_int_eq(tu_qp_state(s.id->qp), FERRY_QPS_RTS);
+	cmt_close(&c);
+	cmt_close(&s);
+	cmt_close(&l);
+}
+END_TEST
+
 /* --- synchronous ids --- */
 
 struct cm_sync_server {
@@ -807,6 +883,7 @@ Suite *cm_suite(void)
 	tcase_add_test(conn, test_disconnect_both_sides);
 	tcase_add_test(conn, test_quiet_ids);
 	tcase_add_test(conn, test_progress_in_caller);
+	tcase_add_test(conn, test_hold_release);
 	suite_add_tcase(s, conn);
 
 	tcase_set_timeout(sync, TU_TCASE_TIMEOUT);
