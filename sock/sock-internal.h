@@ -457,6 +457,11 @@ void sock_conn_process(struct ferry_sock *s);
  */
 int sock_conn_hold(struct ferry_sock *s, struct pollfd *fds, int max, int *ms_p);
 void sock_conn_release(struct ferry_sock *s);
+/* Take in this thread the handshake steps whose messages have come
+ * (cm_lock held): were there any?  And should a caller that found nothing
+ * to do give its CPU to the CM thread?  (sock_step.c, as the two above.) */
+bool sock_conn_progress(struct ferry_sock *s);
+bool sock_conn_yields(const struct ferry_sock *s);
 /* Take a ready accepted socket; NULL if none. cm_lock held. */
 struct ferry_sock *sock_conn_take_ready(struct ferry_sock *listener);
 void sock_conn_put_back(struct ferry_sock *listener, struct ferry_sock *s);
