@@ -197,6 +197,7 @@ struct cm_channel {
 	pthread_cond_t cond;		/* an event was queued */
 	struct cm_event_priv *head, *tail;	/* queued, not yet retrieved */
 	unsigned int nids;		/* ids using it */
+	unsigned int forks;		/* cm_event.c's count of forks when it was made */
 };
 
 /* An event: the public one, and the private data it points into. */
