@@ -581,6 +581,13 @@ extern unsigned int sock_default_poll_us;
  */
 int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
 	      uint64_t deadline_ns);
+/*
+ * sock_wait_handshake - sock_wait for a connect or an accept, whose caller
+ * holds no lock of @s: a sleep also takes the handshake steps it waits for
+ * from the CM thread (sock_conn_hold), which needs cm_lock.
+ */
+int sock_wait_handshake(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
+			uint64_t deadline_ns);
 /* Become the sleeper of @s (true) or not, for ferry_sock_poll. */
 bool sock_wait_lead(struct ferry_sock *s);
 void sock_wait_arm(struct ferry_sock *s);
