@@ -84,12 +84,12 @@ void sock_conn_release(struct ferry_sock *s)
 }
 
 /*
- * Should a caller that found nothing give its CPU to the CM thread?  Only
- * while the CM thread has a step to take that this caller cannot: before
- * the request is out (resolution), or for a connect that waits for a
- * retry timer.  A listener, and a connect whose answer or exchange this
- * caller takes itself, keep the CPU: the CM thread, woken too by what
- * arrives, would get there first and cost two thread switches.
+ * Should a caller that found nothing give its CPU to the CM thread?  A
+ * connect whose request is out takes its answer and exchange itself and
+ * keeps the CPU: the CM thread, woken too by what arrives, would get there
+ * first and cost two thread switches.  Before that (a retry timer, say)
+ * the CM thread may have a step this caller cannot take, and a listener's
+ * connections whose request had not come yet are the CM thread's: yield.
  */
 bool sock_conn_yields(const struct ferry_sock *s)
 {
