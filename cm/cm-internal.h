@@ -169,6 +169,23 @@ struct cm_transport {
 	/* Optional: an established quiet id lets go of what the provider
 	 * holds as well (ferry_cm_let_go). */
 	void (*let_go)(struct cm_id_priv *id);
+	/*
+	 * Optional, caller's thread (ferry_cm_progress): if what the id waits
+	 * for from its peer is there, take the id back from the loop and run
+	 * the step the CM thread would have run; 1 when it did, else 0.
+	 * Never waits for the peer.
+	 */
+	int (*progress)(struct cm_id_priv *id);
+	/*
+	 * Optional, caller's thread (ferry_cm_hold, ferry_cm_release): take
+	 * the id's read watch from the loop for a caller that sleeps on its
+	 * descriptor instead (returned; *ms_p lowered to the watch's
+	 * deadline), -1 when there is none; then take the step if what it
+	 * waits for has come or its time is up (1), or give the watch back
+	 * (0).  A held id is the caller's: the loop does nothing for it.
+	 */
+	int (*hold)(struct cm_id_priv *id, int *ms_p);
+	int (*release)(struct cm_id_priv *id);
 };
 
 /* cm_shm_transport, cm_verbs_transport: declared in transport.h. */
@@ -179,6 +196,7 @@ struct cm_channel {
 	pthread_cond_t cond;		/* an event was queued */
 	struct cm_event_priv *head, *tail;	/* queued, not yet retrieved */
 	unsigned int nids;		/* ids using it */
+	unsigned int forks;		/* cm_event.c's count of forks when it was made */
 };
 
 /* An event: the public one, and the private data it points into. */

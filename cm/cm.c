@@ -665,6 +665,43 @@ int ferry_cm_let_go(struct ferry_cm_id *id)
 	return cm_id_call_taking(to_cm_id(id), to_cm_id(id)->tp, cm_let_go_op, to_cm_id(id));
 }
 
+int ferry_cm_progress(struct ferry_cm_id *id)
+{
+	struct cm_id_priv *priv;
+	int done = 0;
+	size_t i;
+
+	if (!id)
+		return ERR(EINVAL);
+	priv = to_cm_id(id);
+	for (i = 0; i < ferry_transports_count; i++)
+		if (priv->tp_data[i] && cm_transport_at(i)->progress)
+			done |= cm_transport_at(i)->progress(priv);
+	return done;
+}
+
+int ferry_cm_hold(struct ferry_cm_id *id, int *ms_p)
+{
+	struct cm_id_priv *priv;
+
+	if (!id || !ms_p)
+		return ERR(EINVAL);
+	priv = to_cm_id(id);
+	if (!priv->tp || !priv->tp->hold)
+		return -1;
+	return priv->tp->hold(priv, ms_p);
+}
+
+int ferry_cm_release(struct ferry_cm_id *id)
+{
+	struct cm_id_priv *priv;
+
+	if (!id)
+		return ERR(EINVAL);
+	priv = to_cm_id(id);
+	return priv->tp && priv->tp->release ? priv->tp->release(priv) : 0;
+}
+
 /* --- addresses and names --- */
 
 struct sockaddr *ferry_get_local_addr(struct ferry_cm_id *id)

@@ -20,6 +20,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -31,6 +32,18 @@
 static pthread_mutex_t cm_event_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t cm_event_once = PTHREAD_ONCE_INIT;
 
+/*
+ * Forks so far.  A channel made before one may share its eventfd with
+ * another process, whose count of it is not ours (cm_event_unlink_locked);
+ * one made since the last fork has its eventfd to itself.
+ */
+static _Atomic unsigned int cm_event_forks;
+
+static void cm_event_atfork_prepare(void)
+{
+	atomic_fetch_add(&cm_event_forks, 1);
+}
+
 static void cm_event_atfork_child(void)
 {
 	pthread_mutex_init(&cm_event_lock, NULL);
@@ -38,7 +51,7 @@ static void cm_event_atfork_child(void)
 
 static void cm_event_init_once(void)
 {
-	pthread_atfork(NULL, NULL, cm_event_atfork_child);
+	pthread_atfork(cm_event_atfork_prepare, NULL, cm_event_atfork_child);
 }
 
 /* --- channels --- */
@@ -57,6 +70,7 @@ struct cm_channel *cm_channel_new(void)
 		free(chan);
 		return NULL;
 	}
+	chan->forks = atomic_load(&cm_event_forks);
 	pthread_cond_init(&chan->cond, NULL);
 	return chan;
 }
@@ -226,9 +240,12 @@ static void cm_event_unlink_locked(struct cm_channel *chan, struct cm_event_priv
 	 * The count is one per queued event, unless a child of fork() that
 	 * shares the eventfd (not the queue) dropped events it inherited: then
 	 * it is short, and a read of the (blocking) fd would wait forever
-	 * under cm_event_lock.  Look first.
+	 * under cm_event_lock.  Look first, unless no fork happened since the
+	 * channel was made (a poll less per event).
 	 */
-	if (poll(&pfd, 1, 0) == 1 && read(chan->ch.fd, &one, sizeof(one)) != sizeof(one))
+	if (chan->forks != atomic_load(&cm_event_forks) && poll(&pfd, 1, 0) != 1)
+		return;
+	if (read(chan->ch.fd, &one, sizeof(one)) != sizeof(one))
 		ferry_err("cm: lowering an event channel: %m");
 }
 

@@ -61,6 +61,8 @@
 #include "config.h"
 #endif
 
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,6 +375,106 @@ int shm_cm_watch_hangup(struct shm_cm_id *st)
 	return 0;
 }
 
+/* Is @fd readable (or hung up) right now?  One poll(2), never waiting. */
+static bool shm_cm_readable(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	return fd >= 0 && poll(&pfd, 1, 0) == 1 && !(pfd.revents & POLLNVAL);
+}
+
+/*
+ * Claim the read watch of @st: true if it is ours now.  What the id's flags
+ * say is only a hint until cm_watch_del has claimed the watch (the CM
+ * thread may be running its callback right now); a watch that is no
+ * longer a read watch then goes back.
+ */
+static bool shm_cm_claim_read(struct shm_cm_id *st)
+{
+	if (!st->armed || st->retry_armed || st->watch.what != EV_READ ||
+	    !cm_watch_del(&st->watch))
+		return false;
+	if (st->watch.what == EV_READ)
+		return true;
+	if (cm_watch_readd(&st->watch) < 0)
+		ferry_warn("cm: cannot watch a connection again");
+	return false;
+}
+
+/*
+ * cm_transport.progress.  A listener takes what waits at its rendezvous
+ * (cm_shm_listen.c); any other id whose read watch (the listener's answer,
+ * the peer's side of the exchange) has something to read is taken back
+ * from the loop, as unloop does, and its callback runs here: a step that
+ * reads what is there and, when more must come, arms the watch again.
+ */
+static int shm_cm_progress(struct cm_id_priv *id)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+
+	if (!st)
+		return 0;
+	if (st->bind_fd >= 0)
+		return shm_cm_listen_progress(st);
+	if (st->held || !st->armed || st->watch.what != EV_READ ||
+	    !shm_cm_readable(st->sock) || !shm_cm_claim_read(st))
+		return 0;
+	id->in_loop = false;
+	st->watch.cb(st->sock, EV_READ, st);
+	return 1;
+}
+
+/*
+ * cm_transport.hold: the read watch, claimed, and the caller sleeps on its
+ * socket until its deadline.  Until ferry_cm_release nothing of the id is
+ * in the loop; a call that takes the id meanwhile (unloop) ends the hold.
+ */
+static int shm_cm_hold(struct cm_id_priv *id, int *ms_p)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+	uint64_t now, left;
+
+	if (!st || st->bind_fd >= 0 || st->held || !shm_cm_claim_read(st))
+		return -1;
+	st->held = true;
+	id->in_loop = false;
+	if (st->armed_deadline_ms) {
+		now = shm_cm_now_ms();
+		left = st->armed_deadline_ms > now ? st->armed_deadline_ms - now : 0;
+		if (left > INT_MAX)
+			left = INT_MAX;
+		if (*ms_p < 0 || (uint64_t)*ms_p > left)
+			*ms_p = (int)left;
+	}
+	return st->sock;
+}
+
+/*
+ * cm_transport.release: the step, if it can run (EV_TIMEOUT once the
+ * deadline has passed), else the watch goes back.  Should that fail, the
+ * callback runs anyway: finding nothing to read, it arms the watch itself
+ * or, failing that too, ends the connect with its error.
+ */
+static int shm_cm_release(struct cm_id_priv *id)
+{
+	struct shm_cm_id *st = shm_cm_state(id);
+	short what = EV_READ;
+
+	if (!st || !st->held)
+		return 0;
+	st->held = false;
+	if (st->armed_deadline_ms && shm_cm_now_ms() >= st->armed_deadline_ms)
+		what = EV_TIMEOUT;
+	else if (!shm_cm_readable(st->sock)) {
+		id->in_loop = true;
+		if (cm_watch_readd(&st->watch) == 0)
+			return 0;
+		id->in_loop = false;
+	}
+	st->watch.cb(st->sock, what, st);
+	return 1;
+}
+
 /*
  * The caller's thread: take the id back from the loop for a call that
  * ends or restarts its life there.  cm_watch_del (event_del for the retry
@@ -388,6 +490,7 @@ static int shm_cm_unloop(struct cm_id_priv *id)
 	if (st && st->accept_ev)	/* set at listen, before the loop saw it */
 		return ERR(EBUSY);
 	if (st) {	/* armed says whether to give it back */
+		st->held = false;	/* a sleeping caller's hold ends here */
 		cm_watch_del(&st->watch);
 		if (st->retry_armed)
 			event_del(st->retry_ev);
@@ -480,4 +583,7 @@ const struct cm_transport cm_shm_transport = {
 	.disconnect = shm_cm_disconnect,
 	.destroy = shm_cm_destroy,
 	.let_go = shm_cm_let_go,
+	.progress = shm_cm_progress,
+	.hold = shm_cm_hold,
+	.release = shm_cm_release,
 };

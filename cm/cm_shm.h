@@ -83,6 +83,7 @@ struct shm_cm_id {
 	struct event *retry_ev;
 	bool armed;			/* the watch or retry_ev armed, its callback not run */
 	bool retry_armed;		/* ... and it was retry_ev */
+	bool held;			/* the watch taken by a sleeping caller (ferry_cm_hold) */
 	uint64_t armed_deadline_ms;	/* its timeout's end, 0: none */
 	struct shm_cm_request *request;	/* client, until the outcome */
 	/* The QP exchange after ACCEPT, either side: its end, and the QP
@@ -180,6 +181,9 @@ int shm_cm_listen(struct cm_id_priv *id, int backlog);
 int shm_cm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param *param);
 int shm_cm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param);
 int shm_cm_reject(struct cm_id_priv *id, const void *pdata, uint8_t len);
+/* ferry_cm_progress of a listener: take the connections waiting at its
+ * rendezvous, here; 1 when it took any. */
+int shm_cm_listen_progress(struct shm_cm_id *st);
 
 /* cm_shm_connect.c */
 int shm_cm_connect(struct cm_id_priv *id, const struct ferry_conn_param *param);

@@ -544,6 +544,34 @@ int ferry_cm_listen_take(struct ferry_cm_id *id)
 	return cm_thread_call(shm_cm_take_op, &t);
 }
 
+/*
+ * ferry_cm_progress of a listener: what the CM thread does when its
+ * rendezvous is readable (shm_cm_on_accept), in a caller that polls the
+ * listener anyway.  A request already there becomes its id and event here
+ * (nothing of the listener's state but its id is touched, and only read);
+ * a connection still without one, or an accept that failed for want of
+ * descriptors, goes to the CM thread, which owns the pending list and
+ * the backoff.  A listener shared by fork takes nothing unasked.
+ */
+int shm_cm_listen_progress(struct shm_cm_id *st)
+{
+	struct shm_cm_take t = { st, -1 };
+	int i, took = 0;
+
+	if (st->shared || st->id->state != CM_LISTEN || !st->accept_ev || st->backoff_ms)
+		return 0;
+	for (i = 0; i < SHM_CM_ACCEPT_BATCH; i++) {
+		t.sock = ferry_fd_park(accept4(st->bind_fd, NULL, NULL,
+					       SOCK_NONBLOCK | SOCK_CLOEXEC));
+		if (t.sock < 0)
+			break;	/* EAGAIN; anything else the CM thread sees too */
+		took = 1;
+		if (!shm_cm_take_request(st, t.sock))
+			cm_thread_call(shm_cm_take_op, &t);
+	}
+	return took;
+}
+
 /* --- accept and reject --- */
 
 /*

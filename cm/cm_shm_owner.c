@@ -82,7 +82,7 @@ int shm_cm_owner_of_fd(int fd, struct shm_cm_owner *owner_p)
 static uint16_t shm_cm_diag_peer_port(void)
 {
 	static _Atomic uint32_t turn;
-	uint32_t v = (atomic_fetch_add(&turn, 1) + (uint32_t)getpid()) * 2654435761u;
+	uint32_t v = (atomic_fetch_add(&turn, 1) + (uint32_t)ferry_pid()) * 2654435761u;
 
 	return (uint16_t)((v >> 16) | 1);
 }

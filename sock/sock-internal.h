@@ -72,6 +72,7 @@
 #define FERRY_SOCK_INTERNAL_H
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -406,6 +407,21 @@ int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen
 int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd, int rdv_fd);
 /* Process queued CM events of @s (cm_lock held). */
 void sock_conn_process(struct ferry_sock *s);
+/*
+ * sock_conn_hold - a thread about to sleep on @s takes the handshake steps
+ * it waits for from the CM thread (ferry_cm_hold): the connect's, or those
+ * of the connections a listener accepted; their sockets go in @fds (room
+ * for @max), *@ms_p is lowered to their deadlines; their count.
+ * sock_conn_release after the sleep, whatever woke it: the steps that
+ * can run run here, the rest go back.  Both take cm_lock.
+ */
+int sock_conn_hold(struct ferry_sock *s, struct pollfd *fds, int max, int *ms_p);
+void sock_conn_release(struct ferry_sock *s);
+/* Take in this thread the handshake steps whose messages have come
+ * (cm_lock held): were there any?  And should a caller that found nothing
+ * to do give its CPU to the CM thread?  (sock_step.c, as the two above.) */
+bool sock_conn_progress(struct ferry_sock *s);
+bool sock_conn_yields(const struct ferry_sock *s);
 /* Take a ready accepted socket; NULL if none. cm_lock held. */
 struct ferry_sock *sock_conn_take_ready(struct ferry_sock *listener);
 void sock_conn_put_back(struct ferry_sock *listener, struct ferry_sock *s);
@@ -522,6 +538,13 @@ void sock_epoll_forget(struct ferry_sock *s);
  */
 int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
 	      uint64_t deadline_ns);
+/*
+ * sock_wait_handshake - sock_wait for a connect or an accept, whose caller
+ * holds no lock of @s: a sleep also takes the handshake steps it waits for
+ * from the CM thread (sock_conn_hold), which needs cm_lock.
+ */
+int sock_wait_handshake(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
+			uint64_t deadline_ns);
 /* Become the sleeper of @s (true) or not, for ferry_sock_poll. */
 bool sock_wait_lead(struct ferry_sock *s);
 void sock_wait_arm(struct ferry_sock *s);

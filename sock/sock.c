@@ -379,7 +379,7 @@ int ferry_sock_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int fl
 			break;
 		if (atomic_load(&s->nonblock))
 			return ERR(EAGAIN);
-		if (sock_wait(s, sock_accept_ready, 0) < 0)
+		if (sock_wait_handshake(s, sock_accept_ready, 0) < 0)
 			return -1;
 	}
 	atomic_store(&ns->nonblock, !!(flags & SOCK_NONBLOCK));
@@ -502,7 +502,7 @@ int ferry_sock_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 		if (sock_connect_done(s) && s->state == SOCK_CONNECTED)
 			return 0;
 		return ERR(EINPROGRESS);
-	} else if (sock_wait(s, sock_connect_done, 0) < 0) {
+	} else if (sock_wait_handshake(s, sock_connect_done, 0) < 0) {
 		return -1;
 	}
 	pthread_mutex_lock(&s->cm_lock);

@@ -966,19 +966,12 @@ void sock_conn_put_back(struct ferry_sock *l, struct ferry_sock *s)
 	__atomic_store_n(&l->arrivals, l->arrivals + 1, __ATOMIC_RELAXED);
 }
 
-/*
- * Take the socket's CM events.  While it connects or listens, they come
- * from the CM thread of this process, which may share the caller's CPU
- * (and does when the process is pinned): a caller spinning on a socket
- * with nothing yet gives that thread the CPU rather than keep it waiting.
- */
-void sock_conn_process(struct ferry_sock *s)
+/* Take the events on the socket's channel: were there any? */
+static bool sock_conn_take_events(struct ferry_sock *s)
 {
 	struct ferry_cm_event *ev;
 	bool got = false;
 
-	if (!s->chan || !s->chan_in_epoll)
-		return;
 	while (ferry_cm_event_poll(s->chan->ch, &ev) == 0) {
 		got = true;
 		if (s->state == SOCK_LISTENING)
@@ -995,8 +988,27 @@ void sock_conn_process(struct ferry_sock *s)
 			s->reap_id = NULL;
 		}
 	}
+	return got;
+}
+
+/*
+ * Take the socket's CM events, and the steps that wait for this thread
+ * (sock_conn_progress).  While it connects or listens, the rest comes
+ * from the CM thread of this process, which may share the caller's CPU
+ * (and does when the process is pinned): a caller spinning on a socket
+ * with nothing yet gives that thread the CPU rather than keep it waiting.
+ */
+void sock_conn_process(struct ferry_sock *s)
+{
+	bool got;
+
+	if (!s->chan || !s->chan_in_epoll)
+		return;
+	got = sock_conn_take_events(s);
+	if (!got && sock_conn_progress(s))
+		got = sock_conn_take_events(s);
 	if (s->chan_park)
 		sock_conn_park(s);
-	if (!got && (s->state == SOCK_CONNECTING || s->state == SOCK_LISTENING))
+	if (!got && sock_conn_yields(s))
 		sched_yield();
 }

@@ -149,7 +149,34 @@ static int sock_sleep_ms(struct ferry_sock *s, uint64_t deadline_ns)
 	return ms;
 }
 
-int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_t deadline_ns)
+/* Handshake steps one sleeper may take from the CM thread at a time. */
+#define SOCK_WAIT_HOLDS	8
+
+/*
+ * Sleep until the socket's fd is readable; for a socket in a handshake
+ * (its connect's, or those of connections it accepted), also until the
+ * handshake's socket is (sock_conn_hold): what comes there then wakes this
+ * thread alone, not the CM thread and from it this one.
+ */
+static int sock_wait_sleep(struct ferry_sock *s, const struct pollfd *pfd,
+			   uint64_t deadline_ns, bool hold)
+{
+	struct pollfd fds[1 + SOCK_WAIT_HOLDS];
+	int ms = sock_sleep_ms(s, deadline_ns), held = 0, n, e;
+
+	fds[0] = *pfd;
+	if (hold)
+		held = sock_conn_hold(s, fds + 1, SOCK_WAIT_HOLDS, &ms);
+	n = poll(fds, (nfds_t)(1 + held), ms);
+	e = errno;
+	if (held)
+		sock_conn_release(s);
+	errno = e;
+	return n;
+}
+
+static int sock_wait_do(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
+			uint64_t deadline_ns, bool hold)
 {
 	uint64_t spin_end = monotime_ns() + (uint64_t)sock_poll_us() * 1000u;
 	struct pollfd pfd = { .fd = s->fd, .events = POLLIN };
@@ -193,7 +220,7 @@ int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_
 		}
 		if (futex)
 			slept = ferry_cq_sleep(s->cq, &tok, sock_sleep_ms(s, deadline_ns));
-		else if ((slept = poll(&pfd, 1, sock_sleep_ms(s, deadline_ns))) >= 0)
+		else if ((slept = sock_wait_sleep(s, &pfd, deadline_ns, hold)) >= 0)
 			sock_wait_drain(s);
 		if (slept < 0 && errno == EINTR) {
 			sock_wait_release(s);
@@ -203,4 +230,15 @@ int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_
 		if (ready(s))
 			return 0;
 	}
+}
+
+int sock_wait(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s), uint64_t deadline_ns)
+{
+	return sock_wait_do(s, ready, deadline_ns, false);
+}
+
+int sock_wait_handshake(struct ferry_sock *s, bool (*ready)(struct ferry_sock *s),
+			uint64_t deadline_ns)
+{
+	return sock_wait_do(s, ready, deadline_ns, true);
 }

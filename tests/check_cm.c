@@ -619,6 +619,178 @@ START_TEST(test_quiet_ids)
 }
 END_TEST
 
+/* --- steps taken by the caller --- */
+
+/* The CM thread, held in a call: it says so on @held, and waits for a
+ * byte on @go (10 s at most). */
+struct cm_stall {
+	int held[2], go[2];
+	pthread_t thread;
+};
+
+static int cm_stall_op(void *arg)
+{
+	struct cm_stall *st = arg;
+	struct pollfd p = { .fd = st->go[0], .events = POLLIN };
+
+	if (write(st->held[1], "h", 1) != 1)
+		return -1;
+	return poll(&p, 1, 10000) == 1 ? 0 : -1;
+}
+
+static void *cm_stall_main(void *arg)
+{
+	cm_thread_call(cm_stall_op, arg);
+	return NULL;
+}
+
+/* Is an event waiting on @ch right now? */
+static bool cm_event_queued(struct ferry_event_channel *ch)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 1;
+}
+
+/*
+ * ferry_cm_progress takes every step of a connect and its accept in the
+ * caller's thread, while the CM thread is held elsewhere: the request at
+ * the rendezvous, the listener's answer, both halves of the exchange; and
+ * takes none (0) while nothing has come.
+ */
+START_TEST(test_progress_in_caller)
+{
+	struct ferry_conn_param p = { .responder_resources = 1, .initiator_depth = 1,
+				      .rnr_retry_count = 7 };
+	struct sockaddr_storage dst;
+	struct ferry_cm_event *ev;
+	struct cmt_end l, c, s;
+	struct cm_stall stall;
+	uint16_t port;
+	char byte;
+
+	if (!tu_on_shm()) {
+		printf("SKIP test_progress_in_caller on %s: shm steps only\n", tu_transport());
+		return;
+	}
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	ck_assert_int_eq(pipe(stall.held), 0);
+	ck_assert_int_eq(pipe(stall.go), 0);
+	ck_assert_int_eq(pthread_create(&stall.thread, NULL, cm_stall_main, &stall), 0);
+	ck_assert_int_eq(read(stall.held[0], &byte, 1), 1);	/* the loop is held */
+	ck_assert_int_eq(ferry_cm_progress(l.id), 0);
+	cmt_addr(&dst, AF_INET, port);
+	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
+	ck_assert_int_eq(ferry_cm_progress(c.id), 0);	/* no answer yet */
+
+	ck_assert_int_eq(ferry_cm_progress(l.id), 1);
+	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
+	s = (struct cmt_end){ .id = ev->id };
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(cmt_create_qp(s.id), 0);
+	ck_assert_int_eq(ferry_accept(s.id, &p), 0);
+	ck_assert_int_eq(ferry_cm_progress(s.id), 0);	/* the client's half not in yet */
+
+	ck_assert_int_eq(ferry_cm_progress(c.id), 1);	/* ACCEPT, and our half out */
+	ck_assert(!cm_event_queued(c.ch));		/* not before the listener's READY */
+	ck_assert_int_eq(ferry_cm_progress(s.id), 1);
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert_int_eq(ferry_cm_progress(c.id), 1);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert_int_eq(tu_qp_state(c.id->qp), FERRY_QPS_RTS);
+	ck_assert_int_eq(tu_qp_state(s.id->qp), FERRY_QPS_RTS);
+	ck_assert_int_eq(ferry_cm_progress(c.id), 0);	/* established: no steps left */
+
+	ck_assert_int_eq(write(stall.go[1], "g", 1), 1);
+	ck_assert_int_eq(pthread_join(stall.thread, NULL), 0);
+	close(stall.held[0]);
+	close(stall.held[1]);
+	close(stall.go[0]);
+	close(stall.go[1]);
+	cmt_close(&c);
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_DISCONNECTED), 0);
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_TIMEWAIT_EXIT), 0);
+	cmt_close(&s);
+	cmt_close(&l);
+}
+END_TEST
+
+/* Hold @id's step, sleep on its socket (bounded), release: what release said. */
+static int cm_hold_sleep_release(struct ferry_cm_id *id)
+{
+	int ms = 5000, fd = ferry_cm_hold(id, &ms);
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_gt(ms, 0);
+	ck_assert_int_le(ms, 5000);
+	ck_assert_int_eq(ferry_cm_hold(id, &ms), -1);	/* held already */
+	ck_assert_int_eq(poll(&p, 1, ms), 1);
+	return ferry_cm_release(id);
+}
+
+/*
+ * ferry_cm_hold gives the caller the descriptor a step waits on and its
+ * deadline; ferry_cm_release after the sleep runs the step (1), or gives
+ * it back to the loop when nothing came (0), from which a later hold takes
+ * it again: with the CM thread held, the connect and its accept complete
+ * through hold and release alone (and progress, for the rendezvous).
+ */
+START_TEST(test_hold_release)
+{
+	struct ferry_conn_param p = { .responder_resources = 1, .initiator_depth = 1,
+				      .rnr_retry_count = 7 };
+	struct sockaddr_storage dst;
+	struct ferry_cm_event *ev;
+	struct cmt_end l, c, s;
+	struct cm_stall stall;
+	uint16_t port;
+	char byte;
+	int ms = -1;
+
+	if (!tu_on_shm()) {
+		printf("SKIP test_hold_release on %s: shm steps only\n", tu_transport());
+		return;
+	}
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	ck_assert_int_eq(ferry_cm_hold(l.id, &ms), -1);	/* a listener has no such step */
+	ck_assert_int_eq(pipe(stall.held), 0);
+	ck_assert_int_eq(pipe(stall.go), 0);
+	ck_assert_int_eq(pthread_create(&stall.thread, NULL, cm_stall_main, &stall), 0);
+	ck_assert_int_eq(read(stall.held[0], &byte, 1), 1);
+	cmt_addr(&dst, AF_INET, port);
+	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, NULL, 0), 0);
+	ck_assert_int_ge(ferry_cm_hold(c.id, &ms), 0);
+	ck_assert_int_gt(ms, 0);		/* the connect timeout's rest */
+	ck_assert_int_eq(ferry_cm_release(c.id), 0);	/* nothing came: back to the loop */
+
+	ck_assert_int_eq(ferry_cm_progress(l.id), 1);
+	ck_assert_int_eq(cmt_wait(l.ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
+	s = (struct cmt_end){ .id = ev->id };
+	ferry_ack_cm_event(ev);
+	ck_assert_int_eq(cmt_create_qp(s.id), 0);
+	ck_assert_int_eq(ferry_accept(s.id, &p), 0);
+	ck_assert_int_eq(cm_hold_sleep_release(c.id), 1);	/* ACCEPT */
+	ck_assert_int_eq(cm_hold_sleep_release(s.id), 1);	/* the client's half */
+	ck_assert_int_eq(cmt_wait_ack(l.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert_int_eq(cm_hold_sleep_release(c.id), 1);	/* READY */
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert_int_eq(ferry_cm_hold(c.id, &ms), -1);	/* nothing left to wait for */
+
+	ck_assert_int_eq(write(stall.go[1], "g", 1), 1);
+	ck_assert_int_eq(pthread_join(stall.thread, NULL), 0);
+	close(stall.held[0]);
+	close(stall.held[1]);
+	close(stall.go[0]);
+	close(stall.go[1]);
+	ck_assert_int_eq(tu_qp_state(c.id->qp), FERRY_QPS_RTS);
+	ck_assert_int_eq(tu_qp_state(s.id->qp), FERRY_QPS_RTS);
+	cmt_close(&c);
+	cmt_close(&s);
+	cmt_close(&l);
+}
+END_TEST
+
 /* --- synchronous ids --- */
 
 struct cm_sync_server {
@@ -810,6 +982,8 @@ Suite *cm_suite(void)
 	tcase_add_test(conn, test_private_data_limits);
 	tcase_add_test(conn, test_disconnect_both_sides);
 	tcase_add_test(conn, test_quiet_ids);
+	tcase_add_test(conn, test_progress_in_caller);
+	tcase_add_test(conn, test_hold_release);
 	suite_add_tcase(s, conn);
 
 	tcase_set_timeout(sync, TU_TCASE_TIMEOUT);

@@ -68,6 +68,30 @@ int ferry_cm_listen_share(struct ferry_cm_id *id);
  */
 int ferry_cm_listen_take(struct ferry_cm_id *id);
 /*
+ * ferry_cm_progress - take the next step of @id's connect, accept or
+ * listen in the caller's thread when what it waits for has come (the
+ * listener's answer, the peer's side of the QP exchange, connections at
+ * a listener's rendezvous), rather than leave it to the CM thread: on a
+ * caller that polls anyway, a thread switch less per step.  Never waits
+ * for the peer; what was done comes as events, as it would have.  1 when
+ * a step was taken, 0 when nothing had come (or the transport has no
+ * such steps).  The caller serializes its calls on @id with this one.
+ */
+int ferry_cm_progress(struct ferry_cm_id *id);
+/*
+ * ferry_cm_hold - a caller about to sleep until @id's next step can run
+ * (a blocking connect) takes that step from the CM thread: the descriptor
+ * to poll for POLLIN, *@ms_p (a poll timeout, -1: none) lowered to the
+ * step's deadline; -1 when @id has no such step (nothing is held).  The
+ * wake-up then goes to the caller alone, not to the CM thread and from it
+ * to the caller.  ferry_cm_release - after the sleep, however it ended:
+ * the step runs here if what it waits for has come or its deadline has
+ * passed (1), else it goes back to the CM thread (0).  Every hold is
+ * released, by the same caller, its calls on @id serialized with these.
+ */
+int ferry_cm_hold(struct ferry_cm_id *id, int *ms_p);
+int ferry_cm_release(struct ferry_cm_id *id);
+/*
  * ferry_cm_adopt_rendezvous - @id (fresh, ferry_cm_hold_port'd with the
  * TCP socket @fd was made for) listens, shared, on @fd: a listening
  * rendezvous inherited by fork, which it owns from a successful
