@@ -341,6 +341,8 @@ static void tcm_on_reply(evutil_socket_t fd, short what, void *arg)
 		tcm_established(st);
 	else if (rc < 0 && errno == ECONNREFUSED)
 		tcm_rejected(st);
+	else if (rc < 0 && errno == ECONNRESET)	/* the server went away: as on shm */
+		tcm_connect_failed(st, FERRY_CM_EVENT_REJECTED, ECONNRESET, NULL);
 	else
 		tcm_connect_failed(st, FERRY_CM_EVENT_CONNECT_ERROR, rc < 0 ? errno : ENOMEM,
 				   NULL);
