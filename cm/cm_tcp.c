@@ -143,8 +143,9 @@ static void tcm_on_down(evutil_socket_t fd, short what, void *arg)
 {
 	struct tcm_id *st = arg;
 
+	/* st->qp may be gone already (ferry_cm_destroy_qp first): not read. */
 	if (st->id->state == CM_ESTABLISHED) {
-		ferry_debug("cm: tcp connection of QP %u is down", st->qp->qp_num);
+		ferry_debug("cm: a tcp connection is down");
 		cm_id_disconnected(st->id);
 	}
 }

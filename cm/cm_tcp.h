@@ -49,6 +49,8 @@ struct tcm_id {
 	uint8_t req_pd_len;
 	uint64_t deadline_ms;		/* of the phase, CLOCK_MONOTONIC */
 	struct tcm_pending *pending;	/* listener: accepted, Request not in yet */
+	unsigned int npending;		/* ... how many */
+	struct event *backoff_ev;	/* listener: accept() out of descriptors */
 };
 
 struct tcm_id *tcm_state(struct cm_id_priv *id);

@@ -31,6 +31,12 @@
 
 /* Most connections taken from the kernel per readiness of the listener. */
 #define TCM_ACCEPT_BATCH 16
+/* Most connections of a listener whose Request is not in yet: more are
+ * closed at once, so that silent clients cost a bounded memory and
+ * descriptors (each leaves within TCM_REQUEST_TIMEOUT_MS). */
+#define TCM_PENDING_MAX 64
+/* How long a listener out of descriptors leaves its socket alone. */
+#define TCM_BACKOFF_MS 100
 
 /* An accepted connection whose Request is not in yet. */
 struct tcm_pending {
@@ -120,6 +126,7 @@ static void tcm_pending_free(struct tcm_pending *p)
 	if (p->fd >= 0)
 		close(p->fd);
 	ferry_tcp_mpa_free(p->mpa);
+	p->lst->npending--;
 	*p->pprev = p->next;
 	if (p->next)
 		p->next->pprev = p->pprev;
@@ -130,6 +137,9 @@ void tcm_listen_destroy(struct tcm_id *st)
 {
 	while (st->pending)
 		tcm_pending_free(st->pending);
+	if (st->backoff_ev)
+		event_free(st->backoff_ev);
+	st->backoff_ev = NULL;
 }
 
 static void tcm_on_request_gone(evutil_socket_t fd, short what, void *arg);
@@ -212,9 +222,16 @@ static int tcm_pending_arm(struct tcm_pending *p)
 /* Keep @fd, a fresh connection, until its Request is in. */
 static void tcm_pending_new(struct tcm_id *lst, int fd)
 {
-	struct tcm_pending *p = calloc(1, sizeof(*p));
+	struct tcm_pending *p;
 	int on = 1;
 
+	if (lst->npending >= TCM_PENDING_MAX) {
+		ferry_info("cm: %d tcp connections wait for their request: closing one more",
+			   TCM_PENDING_MAX);
+		close(fd);
+		return;
+	}
+	p = calloc(1, sizeof(*p));
 	if (!p || !(p->mpa = ferry_tcp_mpa_new(false, 7))) {
 		ferry_warn("cm: out of memory, dropping a tcp connection");
 		free(p);
@@ -230,6 +247,7 @@ static void tcm_pending_new(struct tcm_id *lst, int fd)
 		p->next->pprev = &p->next;
 	p->pprev = &lst->pending;
 	lst->pending = p;
+	lst->npending++;
 	if (tcm_pending_arm(p) < 0)
 		tcm_pending_free(p);
 }
@@ -256,6 +274,31 @@ bool cm_tcp_take(struct cm_id_priv *listener, int fd)
 	return true;
 }
 
+/* The backoff is over: the listener takes connections again. */
+static void tcm_on_backoff(evutil_socket_t fd, short what, void *arg)
+{
+	struct tcm_id *st = arg;
+
+	if (event_add(st->ev, NULL) < 0)
+		ferry_warn("cm: a tcp listener cannot watch its socket again");
+}
+
+/*
+ * accept() failed for want of descriptors or memory: the socket stays
+ * readable, so stop looking at it for TCM_BACKOFF_MS (else the CM thread
+ * spins); the connections wait in the kernel's backlog meanwhile.
+ */
+static void tcm_accept_backoff(struct tcm_id *st)
+{
+	struct timeval tv = { .tv_sec = 0, .tv_usec = TCM_BACKOFF_MS * 1000 };
+
+	ferry_info("cm: tcp accept: %m; pausing %d ms", TCM_BACKOFF_MS);
+	if (!st->backoff_ev)
+		st->backoff_ev = evtimer_new(cm_thread_base(), tcm_on_backoff, st);
+	if (st->backoff_ev && evtimer_add(st->backoff_ev, &tv) == 0)
+		event_del(st->ev);
+}
+
 static void tcm_on_accept(evutil_socket_t fd, short what, void *arg)
 {
 	struct tcm_id *st = arg;
@@ -263,6 +306,11 @@ static void tcm_on_accept(evutil_socket_t fd, short what, void *arg)
 
 	for (i = 0; i < TCM_ACCEPT_BATCH; i++) {
 		sock = ferry_fd_park(accept4(st->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
+		if (sock < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+				 errno == ENOMEM)) {
+			tcm_accept_backoff(st);
+			return;
+		}
 		if (sock < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED)
 				ferry_info("cm: tcp accept: %m");
