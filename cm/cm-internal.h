@@ -188,7 +188,16 @@ struct cm_transport {
 	int (*release)(struct cm_id_priv *id);
 };
 
-/* cm_shm_transport, cm_verbs_transport: declared in transport.h. */
+/* cm_shm_transport, cm_verbs_transport, cm_tcp_transport: declared in
+ * transport.h. */
+
+/*
+ * cm_tcp_take - CM thread: @fd, a TCP client the shm transport's socket
+ * accepted on @listener's port, for the tcp transport (cm_tcp_listen.c)
+ * if it serves that listener: true, and @fd is its (kept or closed);
+ * false, and @fd is still the caller's.
+ */
+bool cm_tcp_take(struct cm_id_priv *listener, int fd);
 
 /* An event channel: the public struct, a queue, and who uses it. */
 struct cm_channel {

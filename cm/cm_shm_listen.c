@@ -174,7 +174,8 @@ int shm_cm_bind(struct cm_id_priv *id)
 static void shm_cm_on_accept(evutil_socket_t fd, short what, void *arg);
 
 /*
- * TCP clients at a port only ferry serves: reset them at once, as a port
+ * TCP clients at a port only ferry serves: the tcp transport's, when it
+ * serves this listener too (cm_tcp_take); others reset at once, as a port
  * where nothing listens would refuse them (unaccepted, they would wait
  * for a full backlog to time out).  A reset leaves no TIME_WAIT.
  */
@@ -191,6 +192,8 @@ static void shm_cm_on_tcp(evutil_socket_t fd, short what, void *arg)
 			shm_cm_accept_failed(arg);
 			return;
 		}
+		if (cm_tcp_take(((struct shm_cm_id *)arg)->id, sock))
+			continue;	/* a client of the tcp transport: the same port */
 		setsockopt(sock, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
 		close(sock);
 	}

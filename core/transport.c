@@ -2,7 +2,8 @@
  * transport.c - the table of transports, and FERRY_TRANSPORT.
  *
  * One entry per transport, in order of preference: shm first (it serves
- * only this host, and serves it best), then verbs.  The device list
+ * only this host, and serves it best), then verbs, then tcp (any host the
+ * kernel routes to: what the others do not serve).  The device list
  * (core.c) walks the entries' providers; the CM (cm/cm_addr.c) asks
  * ferry_transport_reaching which entry serves a destination and keeps a
  * per-id slot for each entry, by its index here.
@@ -46,9 +47,11 @@ const struct ferry_transport ferry_transports[] = {
 	},
 #endif
 	{
-		/* iWARP over kernel TCP; no CM part yet. */
+		/* iWARP over kernel TCP: any host the kernel routes to, last. */
 		.name = "tcp",
 		.prov = &ferry_tcp_provider,
+		.cm = &cm_tcp_transport,
+		.reaches = tcp_cm_reaches,
 		.by_name_only = true,
 	},
 };
@@ -78,14 +81,24 @@ int ferry_transport_forced(const struct ferry_transport **tp_p)
 	return *tp_p ? 0 : ERR(ENODEV);
 }
 
-const struct ferry_transport *ferry_transport_reaching(const struct sockaddr *dst)
+/* The first entry serving @dst among those with (or without) by_name_only. */
+static const struct ferry_transport *ferry_transport_first(const struct sockaddr *dst,
+							   bool by_name_only)
 {
 	size_t i;
 
 	for (i = 0; i < ferry_transports_count; i++)
-		if (!ferry_transports[i].by_name_only && ferry_transports[i].reaches(dst))
+		if (ferry_transports[i].by_name_only == by_name_only &&
+		    ferry_transports[i].reaches && ferry_transports[i].reaches(dst))
 			return &ferry_transports[i];
 	return NULL;
+}
+
+const struct ferry_transport *ferry_transport_reaching(const struct sockaddr *dst)
+{
+	const struct ferry_transport *tp = ferry_transport_first(dst, false);
+
+	return tp ? tp : ferry_transport_first(dst, true);
 }
 
 size_t ferry_transport_index_of_cm(const struct cm_transport *cm)

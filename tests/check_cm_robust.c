@@ -394,6 +394,55 @@ START_TEST(test_listener_destroyed_with_queued_request)
 }
 END_TEST
 
+/*
+ * Raw TCP clients at a listener's port (the tcp transport's, or shm's
+ * socket handing them over): one sends a frame that is no MPA Request,
+ * one stays silent.  The first is closed at once, the second waits
+ * without holding anyone up: a ferry client connects meanwhile.
+ */
+static int robust_raw_tcp(const struct sockaddr_storage *dst)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(connect(fd, (const struct sockaddr *)dst, sizeof(struct sockaddr_in)),
+			 0);
+	return fd;
+}
+
+START_TEST(test_raw_tcp_clients)
+{
+	static const char junk[] = "GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxx";
+	struct pollfd pfd = { .events = POLLIN };
+	struct sockaddr_storage dst;
+	struct cmt_end l, c, srv;
+	char buf[64];
+	int bad, silent;
+	uint16_t port;
+
+	if (strcmp(tu_transport(), "verbs") == 0) {
+		printf("SKIP test_raw_tcp_clients on verbs: rdma_cm's port is no TCP port\n");
+		return;
+	}
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	cmt_addr(&dst, AF_INET, port);
+	silent = robust_raw_tcp(&dst);
+	bad = robust_raw_tcp(&dst);
+	ck_assert_int_eq(send(bad, junk, sizeof(junk), MSG_NOSIGNAL), (ssize_t)sizeof(junk));
+	pfd.fd = bad;
+	ck_assert_int_eq(poll(&pfd, 1, TU_WAIT_MS), 1);
+	ck_assert_int_le(recv(bad, buf, sizeof(buf), 0), 0);	/* closed or reset */
+	ck_assert_int_eq(cmt_connect(&c, (struct sockaddr *)&dst, "ok", 3), 0);
+	ck_assert_int_eq(cmt_accept(&l, &srv), 0);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	cmt_close(&c);
+	cmt_close(&srv);
+	cmt_close(&l);
+	close(bad);
+	close(silent);
+}
+END_TEST
+
 /* --- many connections --- */
 
 static void robust_one_connection(struct cmt_end *l, const struct sockaddr *dst)
@@ -459,6 +508,7 @@ Suite *cm_robust_suite(void)
 	tcase_add_test(death, test_server_killed_when_established);
 	tcase_add_test(death, test_listener_dies_with_pending_request);
 	tcase_add_test(death, test_listener_destroyed_with_queued_request);
+	tcase_add_test(death, test_raw_tcp_clients);
 	suite_add_tcase(s, death);
 
 	tcase_set_timeout(loop, 120);

@@ -164,6 +164,37 @@ START_TEST(test_reaching_remote)
 }
 END_TEST
 
+/*
+ * tcp takes what nothing else serves, when the kernel routes there; never
+ * multicast.  The shim still sees a host across the network as remote.
+ */
+START_TEST(test_reaching_tcp)
+{
+	const struct ferry_transport *tp;
+	struct sockaddr_storage far_ss;
+	const struct sockaddr *far = (const struct sockaddr *)&far_ss;
+	enum ferry_cm_probe mcast;
+
+	ct_env_set(NULL);
+	ck_assert_ptr_null(ferry_transport_reaching(ct_addr("224.0.0.1")));
+	mcast = ferry_cm_probe(ct_addr("224.0.0.1"));
+	ck_assert_ptr_null(ferry_transport_reaching(ct_addr("255.255.255.255")));
+	ck_assert_ptr_null(ferry_transport_reaching(ct_addr("ff02::1")));
+	memcpy(&far_ss, ct_addr("192.0.2.1"), sizeof(far_ss));	/* TEST-NET-1 */
+	ck_assert_int_eq(ferry_cm_probe(far), mcast);	/* REMOTE: the shim's TCP */
+	tp = ferry_transport_reaching(far);
+	if (!tcp_cm_reaches(far)) {
+		printf("SKIP test_reaching_tcp: no route to 192.0.2.1 here\n");
+		return;
+	}
+	ck_assert_ptr_nonnull(tp);
+	if (tp != &ferry_transports[ferry_transports_count - 1])
+		return;	/* an RDMA device routes there: verbs serves it */
+	ck_assert_str_eq(tp->name, "tcp");
+	ck_assert_ptr_eq(cm_transport_for(far), &cm_tcp_transport);
+}
+END_TEST
+
 /* FERRY_TRANSPORT forces the CM's choice whatever the address rule says. */
 START_TEST(test_cm_forced)
 {
@@ -206,6 +237,7 @@ Suite *transport_suite(void)
 	tcase_add_test(tc, test_forced);
 	tcase_add_test(tc, test_reaching_local);
 	tcase_add_test(tc, test_reaching_remote);
+	tcase_add_test(tc, test_reaching_tcp);
 	tcase_add_test(tc, test_cm_forced);
 	suite_add_tcase(s, tc);
 	return s;

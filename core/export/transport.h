@@ -24,8 +24,7 @@ struct ferry_transport {
 	const char *name;			/* as FERRY_TRANSPORT names it */
 	const struct ferry_provider *prov;	/* its verbs objects */
 	/* Its connection manager; NULL while the CM does not serve it yet
-	 * (tcp: its QPs are joined by ferry_tcp_qp_attach).  The CM skips
-	 * such an entry. */
+	 * (the CM skips such an entry; reaches is NULL then too). */
 	const struct cm_transport *cm;
 	/*
 	 * Does this transport serve @dst?  The CM picks the first transport
@@ -34,10 +33,11 @@ struct ferry_transport {
 	 */
 	bool (*reaches)(const struct sockaddr *dst);
 	/*
-	 * Used only where FERRY_TRANSPORT (or ferry_open_transport) names
-	 * it: not in the default device list, never picked for an address.
-	 * A new transport starts so, that it cannot change what existing
-	 * programs get.
+	 * Not in the default device list (FERRY_TRANSPORT or
+	 * ferry_open_transport name it), and picked for an address only
+	 * when no other entry serves it (tcp: hosts nothing else reaches,
+	 * which ferry could not reach at all before).  A new transport
+	 * starts so, that it cannot change what existing programs get.
 	 */
 	bool by_name_only;
 };
@@ -59,7 +59,8 @@ extern const size_t ferry_transports_count;
 int ferry_transport_forced(const struct ferry_transport **tp_p);
 /* The transport called @name, NULL if none is. */
 const struct ferry_transport *ferry_transport_named(const char *name);
-/* The first transport whose address rule serves @dst, NULL if none. */
+/* The first transport whose address rule serves @dst (a by_name_only one
+ * only when no other does), NULL if none. */
 const struct ferry_transport *ferry_transport_reaching(const struct sockaddr *dst);
 /* The index in ferry_transports[] of the entry whose CM part is @cm
  * (ferry_transports_count if none). */
@@ -78,5 +79,7 @@ extern const struct cm_transport cm_verbs_transport;
 bool vcm_reaches(const struct sockaddr *dst);		/* an RDMA device routes to it */
 #endif
 extern const struct ferry_provider ferry_tcp_provider;
+extern const struct cm_transport cm_tcp_transport;
+bool tcp_cm_reaches(const struct sockaddr *dst);	/* the kernel routes to it */
 
 #endif /* FERRY_CORE_TRANSPORT_H */

@@ -239,6 +239,9 @@ struct tcp_qp {
 
 	/* the connection (fd -1: none) */
 	int fd;
+	/* ferry_tcp_qp_on_down: told once when the QP goes to ERR */
+	void (*down_cb)(void *arg);
+	void *down_arg;
 	struct tcp_attach conn;
 	size_t mulpdu;
 	bool in_epoll_list;		/* the progress thread knows it */

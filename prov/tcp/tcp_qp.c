@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "tcp-internal.h"
+#include "tcp-export.h"
 
 #define TCP_KEEPALIVE_IDLE_S	60
 
@@ -163,9 +164,10 @@ static void tcp_rq_flush(struct tcp_qp *qp)
 
 void tcp_qp_set_error(struct tcp_qp *qp, const char *why)
 {
+	bool was_err = qp->qp.state == FERRY_QPS_ERR;
 	uint32_t i;
 
-	if (qp->qp.state != FERRY_QPS_ERR && why)
+	if (!was_err && why)
 		ferry_debug("tcp QP %u: to ERR: %s", qp->qp.qp_num, why);
 	__atomic_store_n(&qp->qp.state, FERRY_QPS_ERR, __ATOMIC_RELEASE);
 	for (i = qp->sq_done; i != qp->sq_head; i++) {
@@ -189,6 +191,18 @@ void tcp_qp_set_error(struct tcp_qp *qp, const char *why)
 		shutdown(qp->fd, SHUT_WR);
 		qp->tx_shut = true;
 	}
+	if (!was_err && qp->down_cb)
+		qp->down_cb(qp->down_arg);	/* the CM: DISCONNECTED */
+}
+
+void ferry_tcp_qp_on_down(struct ferry_qp *fqp, void (*cb)(void *arg), void *arg)
+{
+	struct tcp_qp *qp = to_tqp(fqp);
+
+	pthread_mutex_lock(&qp->lock);
+	qp->down_cb = cb;
+	qp->down_arg = arg;
+	pthread_mutex_unlock(&qp->lock);
 }
 
 static void tcp_qp_apply_attr(struct tcp_qp *qp, const struct ferry_qp_attr *a, int mask)

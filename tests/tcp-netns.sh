@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# tcp-netns.sh - the CM's tcp transport between two hosts: two network
+# namespaces joined by a veth pair (10.77.0.1/24, 10.77.0.2/24), a
+# ferry-ping server in one and a client in the other, FERRY_TRANSPORT
+# unset, so the CM must pick tcp itself (neither shm nor verbs serves the
+# other namespace's address).  Both ways, each with validation (-V);
+# then with the server, and then the client, killed by SIGKILL mid-run:
+# the survivor must end (an error, not a hang) within a bound.  Needs
+# root and ip(8) with netns; skips otherwise.
+set -u
+
+prog="tcp-netns.sh"
+ping=./tools/ferry-ping
+ns1="ferry-tcp1-$$" ns2="ferry-tcp2-$$"
+a1=10.77.0.1 a2=10.77.0.2
+# Bounds, generous for a slow shared machine: not timings under test.
+run_s=60	# a ping run, a side's end after its peer died
+skip() { echo "$prog: SKIP: $*"; exit 77; }
+fail() { echo "$prog: FAIL: $*"; failed=1; }
+failed=0
+
+[ -x "$ping" ] || skip "ferry-ping is not built"
+[ "$(id -u)" = 0 ] || skip "needs root (network namespaces and a veth pair)"
+command -v ip >/dev/null || skip "ip(8) is not installed"
+command -v timeout >/dev/null || skip "timeout(1) is not installed"
+ip netns add "$ns1" 2>/dev/null || skip "cannot make a network namespace here"
+
+tmp=$(mktemp -d)
+pids=()
+# shellcheck disable=SC2317
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+	ip netns del "$ns1" 2>/dev/null
+	ip netns del "$ns2" 2>/dev/null
+	# KEEP=dir: the logs are copied there, for a look at a failure.
+	[ -n "${KEEP:-}" ] && cp -r "$tmp" "$KEEP"
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ip netns add "$ns2" || skip "cannot make a second network namespace"
+ip link add "fv1-$$" type veth peer name "fv2-$$" 2>/dev/null ||
+	skip "cannot make a veth pair here"
+ip link set "fv1-$$" netns "$ns1" && ip link set "fv2-$$" netns "$ns2" &&
+ip -n "$ns1" addr add "$a1/24" dev "fv1-$$" && ip -n "$ns2" addr add "$a2/24" dev "fv2-$$" &&
+ip -n "$ns1" link set "fv1-$$" up && ip -n "$ns2" link set "fv2-$$" up &&
+ip -n "$ns1" link set lo up && ip -n "$ns2" link set lo up ||
+	skip "cannot set the veth pair up"
+
+unset FERRY_TRANSPORT
+
+# in_ns NS CMD...: run CMD in namespace NS (ip execs it: same pid).
+in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+# bounded_wait PID SECS: its exit status, or 124 (and killed) after SECS.
+bounded_wait() {
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$1" 2>/dev/null; then
+		kill -9 "$1" 2>/dev/null
+		wait "$1" 2>/dev/null
+		return 124
+	fi
+	wait "$1"
+}
+
+# wait_listening NS PORT: until a socket listens there (the server is up).
+wait_listening() {
+	local i
+	for ((i = 0; i < 300; i++)); do
+		in_ns "$1" ss -Hltn "sport = :$2" 2>/dev/null | grep -q . && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# server NS ADDR PORT LOG [args]: a ferry-ping server in the background.
+server() {
+	local ns=$1 addr=$2 port=$3 log=$4
+	shift 4
+	# Not through timeout(1), nor a function: $! must be ferry-ping itself.
+	ip netns exec "$ns" "$ping" -s -a "$addr" -p "$port" "$@" >"$log" 2>&1 &
+	pids+=($!)
+	spid=$!
+	wait_listening "$ns" "$port" || fail "no server listening on $addr port $port"
+}
+
+# One validated run from namespace $1 to the server in $2 at $3.
+one_way() {
+	local cns=$1 sns=$2 saddr=$3 port=$4 tag=$5
+	server "$sns" "$saddr" "$port" "$tmp/$tag.server"
+	if ! in_ns "$cns" timeout "$run_s" "$ping" -c -a "$saddr" -p "$port" -C 200 -V -S 4096 \
+		>"$tmp/$tag.client" 2>&1; then
+		fail "$tag: the client failed: $(cat "$tmp/$tag.client")"
+	fi
+	grep -q "200 pings" "$tmp/$tag.client" || fail "$tag: no summary: $(cat "$tmp/$tag.client")"
+	bounded_wait "$spid" "$run_s" || fail "$tag: the server failed: $(cat "$tmp/$tag.server")"
+	grep -q "served 200 pings" "$tmp/$tag.server" ||
+		fail "$tag: the server served not 200 pings: $(cat "$tmp/$tag.server")"
+}
+
+one_way "$ns2" "$ns1" "$a1" 7174 "2to1"
+one_way "$ns1" "$ns2" "$a2" 7175 "1to2"
+
+# The server killed mid-run: the client (pinging until interrupted) ends.
+server "$ns1" "$a1" 7176 "$tmp/kill-s.server"
+ip netns exec "$ns2" "$ping" -c -a "$a1" -p 7176 -C 0 -V >"$tmp/kill-s.client" 2>&1 &
+cpid=$!
+pids+=($cpid)
+sleep 2
+kill -0 "$cpid" 2>/dev/null || fail "the client ended before its server was killed"
+kill -9 "$spid"
+bounded_wait "$cpid" "$run_s"
+rc=$?
+[ "$rc" = 124 ] && fail "the client did not end within ${run_s}s of its server's SIGKILL"
+[ "$rc" = 0 ] && fail "the client reported success although its server was killed"
+
+# The client killed mid-run: the server ends (it serves one client).
+server "$ns1" "$a1" 7177 "$tmp/kill-c.server"
+ip netns exec "$ns2" "$ping" -c -a "$a1" -p 7177 -C 0 >"$tmp/kill-c.client" 2>&1 &
+cpid=$!
+pids+=($cpid)
+sleep 2
+kill -0 "$spid" 2>/dev/null || fail "the server ended before its client was killed"
+kill -9 "$cpid"
+bounded_wait "$spid" "$run_s"
+rc=$?
+[ "$rc" = 124 ] && fail "the server did not end within ${run_s}s of its client's SIGKILL"
+
+[ "$failed" = 0 ] && echo "$prog: PASS: ferry-ping over tcp both ways between namespaces," \
+	"and a SIGKILLed peer ends the other side"
+exit "$failed"
