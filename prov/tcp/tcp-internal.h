@@ -119,6 +119,8 @@ struct tcp_mr {
 struct tcp_channel {
 	struct ferry_comp_channel ch;
 	int wfd;			/* write end of the pipe whose read end is ch.fd */
+	pthread_mutex_t lock;		/* cqs; taken before a CQ's lock */
+	struct tcp_cq *cqs;		/* the live CQs it serves */
 };
 
 enum tcp_arm {
@@ -134,7 +136,9 @@ struct tcp_cq {
 	uint32_t size, head, count;	/* count entries from head */
 	bool overrun;			/* a completion found the ring full */
 	enum tcp_arm arm;
-	unsigned int fired, acked;	/* channel events */
+	unsigned int got, acked;	/* channel events read, acknowledged */
+	uint64_t id;			/* unique in the process: a record's check */
+	struct tcp_cq *ch_next;		/* in its channel's cqs */
 	int nqps;
 };
 

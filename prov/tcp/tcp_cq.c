@@ -7,9 +7,11 @@
  * call).  A channel is a pipe: an armed CQ that gets a completion writes
  * its own address into it (8 bytes, below PIPE_BUF, so atomic), and
  * ferry_get_cq_event reads one back -- blocking or not as the caller set
- * the read end, as with ibverbs' channel fd.  A CQ with events not yet
- * acknowledged cannot be destroyed (EBUSY), so no address in a pipe ever
- * outlives its CQ.
+ * the read end, as with ibverbs' channel fd.  A record is the CQ's
+ * address and its id, and a read takes it only if that CQ still is one of
+ * the channel's: events a CQ fired but nobody read go with it when it is
+ * destroyed, as the kernel's do.  A CQ with events read but not yet
+ * acknowledged cannot be destroyed (EBUSY).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -23,6 +25,14 @@
 #include <unistd.h>
 
 #include "tcp-internal.h"
+
+/* What a fired arm writes into its channel's pipe: atomic, under PIPE_BUF. */
+struct tcp_cq_event {
+	struct tcp_cq *cq;
+	uint64_t id;
+};
+
+static uint64_t tcp_cq_ids;	/* the last CQ id handed out */
 
 static inline struct tcp_channel *to_tch(struct ferry_comp_channel *ch)
 {
@@ -45,6 +55,7 @@ struct ferry_comp_channel *tcp_create_comp_channel(struct ferry_context *ctx)
 	ch->ch.context = ctx;
 	ch->ch.fd = fds[0];
 	ch->wfd = fds[1];
+	pthread_mutex_init(&ch->lock, NULL);
 	return &ch->ch;
 }
 
@@ -54,38 +65,64 @@ int tcp_destroy_comp_channel(struct ferry_comp_channel *fch)
 
 	close(ch->ch.fd);
 	close(ch->wfd);
+	pthread_mutex_destroy(&ch->lock);
 	free(ch);
 	return 0;
 }
 
-static int tcp_channel_read(struct ferry_comp_channel *fch, struct ferry_cq **cq_p)
+/* Is @ev's CQ still one of @ch's?  Then it counts as read (ch->lock held). */
+static bool tcp_channel_take(struct tcp_channel *ch, const struct tcp_cq_event *ev)
 {
-	struct ferry_cq *cq;
+	struct tcp_cq *cq;
+
+	for (cq = ch->cqs; cq; cq = cq->ch_next)
+		if (cq == ev->cq && cq->id == ev->id)
+			break;
+	if (!cq)
+		return false;	/* fired by a CQ destroyed since */
+	pthread_mutex_lock(&cq->lock);
+	cq->got++;
+	pthread_mutex_unlock(&cq->lock);
+	return true;
+}
+
+/* The next record of a live CQ; @block: wait for one as the fd says. */
+static int tcp_channel_read(struct ferry_comp_channel *fch, struct ferry_cq **cq_p, bool block)
+{
+	struct tcp_channel *ch = to_tch(fch);
+	struct pollfd pfd = { .fd = fch->fd, .events = POLLIN };
+	struct tcp_cq_event ev;
+	bool taken;
 	ssize_t n;
 
-	do
-		n = read(fch->fd, &cq, sizeof(cq));
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -1;
-	if (n != sizeof(cq))
-		return ERR(EIO);	/* never: the pipe holds whole records */
-	*cq_p = cq;
+	for (;;) {
+		if (!block && poll(&pfd, 1, 0) <= 0)
+			return ERR(EAGAIN);
+		do
+			n = read(fch->fd, &ev, sizeof(ev));
+		while (n < 0 && errno == EINTR);
+		if (n < 0)
+			return -1;
+		if (n != sizeof(ev))
+			return ERR(EIO);	/* never: the pipe holds whole records */
+		pthread_mutex_lock(&ch->lock);
+		taken = tcp_channel_take(ch, &ev);
+		pthread_mutex_unlock(&ch->lock);
+		if (taken)
+			break;
+	}
+	*cq_p = &ev.cq->cq;
 	return 0;
 }
 
 int tcp_get_cq_event(struct ferry_comp_channel *fch, struct ferry_cq **cq_p)
 {
-	return tcp_channel_read(fch, cq_p);
+	return tcp_channel_read(fch, cq_p, true);
 }
 
 int tcp_poll_cq_event(struct ferry_comp_channel *fch, struct ferry_cq **cq_p)
 {
-	struct pollfd pfd = { .fd = fch->fd, .events = POLLIN };
-
-	if (poll(&pfd, 1, 0) <= 0)
-		return ERR(EAGAIN);
-	return tcp_channel_read(fch, cq_p);
+	return tcp_channel_read(fch, cq_p, false);
 }
 
 struct ferry_cq *tcp_create_cq(struct ferry_context *ctx, int cqe, struct ferry_comp_channel *ch)
@@ -110,18 +147,49 @@ struct ferry_cq *tcp_create_cq(struct ferry_context *ctx, int cqe, struct ferry_
 	cq->size = (uint32_t)cqe;
 	cq->cq.context = ctx;
 	cq->cq.cqe = cqe;
+	cq->id = __atomic_add_fetch(&tcp_cq_ids, 1, __ATOMIC_RELAXED);
+	if (ch) {
+		struct tcp_channel *tch = to_tch(ch);
+
+		pthread_mutex_lock(&tch->lock);
+		cq->ch_next = tch->cqs;
+		tch->cqs = cq;
+		pthread_mutex_unlock(&tch->lock);
+	}
 	return &cq->cq;
+}
+
+/* Take @cq off its channel's list, unless busy (ch->lock held). */
+static bool tcp_cq_leave(struct tcp_channel *ch, struct tcp_cq *cq)
+{
+	struct tcp_cq **pp;
+	bool busy;
+
+	pthread_mutex_lock(&cq->lock);
+	busy = cq->nqps > 0 || cq->got != cq->acked;
+	pthread_mutex_unlock(&cq->lock);
+	if (busy || !ch)
+		return !busy;
+	for (pp = &ch->cqs; *pp; pp = &(*pp)->ch_next)
+		if (*pp == cq) {
+			*pp = cq->ch_next;
+			break;
+		}
+	return true;
 }
 
 int tcp_destroy_cq(struct ferry_cq *fcq)
 {
 	struct tcp_cq *cq = to_tcq(fcq);
-	bool busy;
+	struct tcp_channel *ch = fcq->channel ? to_tch(fcq->channel) : NULL;
+	bool gone;
 
-	pthread_mutex_lock(&cq->lock);
-	busy = cq->nqps > 0 || cq->fired != cq->acked;
-	pthread_mutex_unlock(&cq->lock);
-	if (busy)
+	if (ch)
+		pthread_mutex_lock(&ch->lock);
+	gone = tcp_cq_leave(ch, cq);
+	if (ch)
+		pthread_mutex_unlock(&ch->lock);
+	if (!gone)
 		return ERR(EBUSY);
 	pthread_mutex_destroy(&cq->lock);
 	free(cq->ring);
@@ -155,19 +223,16 @@ void tcp_ack_cq_events(struct ferry_cq *fcq, unsigned int n)
 /* cq->lock held: fire the arm (once) into the channel. */
 static void tcp_cq_fire(struct tcp_cq *cq)
 {
-	struct ferry_cq *self = &cq->cq;
+	struct tcp_cq_event ev = { .cq = cq, .id = cq->id };
 	struct tcp_channel *ch;
 
 	cq->arm = TCP_ARM_NONE;
 	if (!cq->cq.channel)
 		return;
 	ch = to_tch(cq->cq.channel);
-	if (write(ch->wfd, &self, sizeof(self)) != sizeof(self)) {
+	if (write(ch->wfd, &ev, sizeof(ev)) != sizeof(ev))
 		ferry_warn("tcp: CQ event lost: its channel holds %zu unread events (%m)",
-			   (size_t)(65536 / sizeof(self)));
-		return;
-	}
-	cq->fired++;
+			   (size_t)(65536 / sizeof(ev)));
 }
 
 void tcp_cq_push(struct tcp_cq *cq, const struct ferry_wc *wc, bool solicited)
