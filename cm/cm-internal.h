@@ -399,6 +399,9 @@ bool cm_addr_is_loopback(const struct sockaddr *sa);
 bool cm_addr_is_local(const struct sockaddr *sa);
 uint16_t cm_addr_port(const struct sockaddr *sa);	/* host order */
 void cm_addr_set_port(struct sockaddr *sa, uint16_t port);
+/* A kernel TCP socket bound to @src, for its port (the shm and tcp
+ * listeners; port 0: the kernel's pick, written into @src); -1 errno. */
+int cm_port_reserve(struct sockaddr *src);
 /* "127.0.0.1" / "::1": the address alone, in @buf of INET6_ADDRSTRLEN. */
 const char *cm_addr_ntop(const struct sockaddr *sa, char *buf, size_t len);
 /* The wildcard address of @family with @port. */

@@ -13,11 +13,13 @@
 #endif
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <ifaddrs.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -304,4 +306,34 @@ uint16_t cm_addr_ephemeral_port(void)
 		next ^= next << 5;
 	} while (!atomic_compare_exchange_weak(&state, &old, next));
 	return (uint16_t)(32768 + next % (60999 - 32768 + 1));
+}
+
+/*
+ * A kernel TCP socket bound to @src, so that the kernel's bind rules
+ * decide whether we may have the port (EACCES for a privileged one,
+ * EADDRINUSE); port 0: the kernel picks one, and @src gets it.
+ * SO_REUSEADDR, as servers set it: it only spares us the TIME_WAIT of
+ * others' connections (a listener's socket has none of its own: see
+ * shm_cm_on_tcp and cm_tcp_take), and a port a listener holds stays
+ * EADDRINUSE.
+ */
+int cm_port_reserve(struct sockaddr *src)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int fd, on = 1;
+
+	fd = ferry_fd_park(socket(src->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+	if (fd < 0)
+		return -1;
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) < 0 ||
+	    bind(fd, src, cm_addr_len(src)) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
+		int e = errno;
+
+		close(fd);
+		return ERR(e);
+	}
+	cm_addr_set_port(src, cm_addr_port((struct sockaddr *)&ss));
+	return fd;
 }

@@ -39,35 +39,6 @@
 /* --- bind and listen --- */
 
 /*
- * A kernel TCP socket bound to @src, so that the kernel's bind rules
- * decide whether we may have the port (EACCES for a privileged one,
- * EADDRINUSE); port 0: the kernel picks one, and @src gets it.
- * SO_REUSEADDR, as servers set it: it only spares us the TIME_WAIT of
- * others' connections (ours never has any, see shm_cm_on_tcp), and a
- * port a listener holds stays EADDRINUSE.
- */
-static int shm_cm_port_reserve(struct sockaddr *src)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	int fd, on = 1;
-
-	fd = ferry_fd_park(socket(src->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-	if (fd < 0)
-		return -1;
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) < 0 ||
-	    bind(fd, src, cm_addr_len(src)) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
-		int e = errno;
-
-		close(fd);
-		return ERR(e);
-	}
-	cm_addr_set_port(src, cm_addr_port((struct sockaddr *)&ss));
-	return fd;
-}
-
-/*
  * The TCP socket holding the port of @id, and what names it: the caller's
  * (ferry_cm_hold_port), which must be bound to that port, or our own.
  */
@@ -75,7 +46,7 @@ static int shm_cm_port_take(struct cm_id_priv *id, struct shm_cm_id *st,
 			    struct shm_cm_owner *o)
 {
 	struct sockaddr *src = (struct sockaddr *)&id->id.route.addr.src_addr;
-	int fd = id->port_held ? id->port_held_fd : shm_cm_port_reserve(src);
+	int fd = id->port_held ? id->port_held_fd : cm_port_reserve(src);
 
 	if (fd < 0)
 		return -1;

@@ -53,24 +53,7 @@ struct tcm_pending {
 /* Our own socket bound to the id's source (port 0: the kernel's pick). */
 static int tcm_bind_socket(struct cm_id_priv *id)
 {
-	struct sockaddr *src = (struct sockaddr *)&id->id.route.addr.src_addr;
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	int fd, on = 1;
-
-	fd = ferry_fd_park(socket(src->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-	if (fd < 0)
-		return -1;
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) < 0 ||
-	    bind(fd, src, cm_addr_len(src)) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
-		int e = errno;
-
-		close(fd);
-		return ERR(e);
-	}
-	cm_addr_set_port(src, cm_addr_port((struct sockaddr *)&ss));
-	return fd;
+	return cm_port_reserve((struct sockaddr *)&id->id.route.addr.src_addr);
 }
 
 int tcm_bind(struct cm_id_priv *id)
