@@ -725,6 +725,11 @@ void shm_monitor_renumber(struct shm_qp *qp, int from);
 /* The name peers kick this process's monitor by (started if need be). */
 int shm_monitor_kick_name(struct shm_wake_name *name);
 /* The QP's region, in the pool of @conn's peer, sized for its queue. */
+/* The bytes of one receive-queue entry with @rq_sge SGEs. */
+static inline size_t shm_rq_stride(uint32_t rq_sge)
+{
+	return 8 + rq_sge * sizeof(struct shm_rsge);
+}
 int shm_region_create(struct shm_qp *qp, struct shm_conn *conn);
 /*
  * Does the connection bounce SENDs (and its regions have staging rings)?
