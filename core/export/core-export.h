@@ -200,6 +200,24 @@ struct ferry_provider {
 /* The providers, and which transport each serves: transport.h. */
 #include "transport.h"
 
+/* The completion opcode of a send-queue work request (every provider's). */
+static inline enum ferry_wc_opcode ferry_wc_opcode_of(enum ferry_wr_opcode op)
+{
+	switch (op) {
+	case FERRY_WR_RDMA_WRITE:
+	case FERRY_WR_RDMA_WRITE_WITH_IMM:
+		return FERRY_WC_RDMA_WRITE;
+	case FERRY_WR_RDMA_READ:
+		return FERRY_WC_RDMA_READ;
+	case FERRY_WR_ATOMIC_CMP_AND_SWP:
+		return FERRY_WC_COMP_SWAP;
+	case FERRY_WR_ATOMIC_FETCH_AND_ADD:
+		return FERRY_WC_FETCH_ADD;
+	default:
+		return FERRY_WC_SEND;
+	}
+}
+
 /* --- qp_state.c: the RC state machine of ibverbs --- */
 
 /*

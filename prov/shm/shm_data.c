@@ -680,23 +680,6 @@ static int shm_execute(struct shm_qp *qp, const struct shm_swqe *s,
 	}
 }
 
-static enum ferry_wc_opcode shm_wc_opcode(enum ferry_wr_opcode op)
-{
-	switch (op) {
-	case FERRY_WR_RDMA_WRITE:
-	case FERRY_WR_RDMA_WRITE_WITH_IMM:
-		return FERRY_WC_RDMA_WRITE;
-	case FERRY_WR_RDMA_READ:
-		return FERRY_WC_RDMA_READ;
-	case FERRY_WR_ATOMIC_CMP_AND_SWP:
-		return FERRY_WC_COMP_SWAP;
-	case FERRY_WR_ATOMIC_FETCH_AND_ADD:
-		return FERRY_WC_FETCH_ADD;
-	default:
-		return FERRY_WC_SEND;
-	}
-}
-
 void shm_sq_complete(struct shm_qp *qp, uint64_t seq, const struct shm_swqe *s,
 		     enum ferry_wc_status status, uint32_t byte_len)
 {
@@ -705,7 +688,7 @@ void shm_sq_complete(struct shm_qp *qp, uint64_t seq, const struct shm_swqe *s,
 
 	c.wc.wr_id = s->wr_id;
 	c.wc.status = status;
-	c.wc.opcode = shm_wc_opcode(s->opcode);
+	c.wc.opcode = ferry_wc_opcode_of(s->opcode);
 	c.wc.byte_len = byte_len;
 	c.wc.qp_num = qp->qp.qp_num;
 	c.wc.src_qp = qp->conn ? qp->conn->peer_qpn : 0;

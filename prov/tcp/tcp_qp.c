@@ -104,23 +104,6 @@ err_free:
 	return NULL;
 }
 
-static enum ferry_wc_opcode tcp_wc_opcode(enum ferry_wr_opcode op)
-{
-	switch (op) {
-	case FERRY_WR_RDMA_WRITE:
-	case FERRY_WR_RDMA_WRITE_WITH_IMM:
-		return FERRY_WC_RDMA_WRITE;
-	case FERRY_WR_RDMA_READ:
-		return FERRY_WC_RDMA_READ;
-	case FERRY_WR_ATOMIC_CMP_AND_SWP:
-		return FERRY_WC_COMP_SWAP;
-	case FERRY_WR_ATOMIC_FETCH_AND_ADD:
-		return FERRY_WC_FETCH_ADD;
-	default:
-		return FERRY_WC_SEND;
-	}
-}
-
 void tcp_sq_retire(struct tcp_qp *qp)
 {
 	while (qp->sq_done != qp->sq_head) {
@@ -133,7 +116,7 @@ void tcp_sq_retire(struct tcp_qp *qp)
 		    w->status != FERRY_WC_SUCCESS) {
 			wc.wr_id = w->wr_id;
 			wc.status = w->status;
-			wc.opcode = tcp_wc_opcode(w->opcode);
+			wc.opcode = ferry_wc_opcode_of(w->opcode);
 			wc.qp_num = qp->qp.qp_num;
 			if (w->status == FERRY_WC_SUCCESS)
 				wc.byte_len = w->len;
