@@ -304,6 +304,15 @@ struct shm_mapping {
  * errno set (EINVAL: not such a file, or too small).
  */
 struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot);
+/* shm_map_fd for a caller that has fstat(@fd) already (@st). */
+struct stat;
+struct shm_mapping *shm_map_fd_stat(int fd, const struct stat *st, size_t min_size, int prot);
+/*
+ * One more reference to @m, which the caller holds, for a use that needs
+ * @min_size bytes of it (checked against the mapping itself, not the
+ * file): the same file named twice in one message is checked once.
+ */
+struct shm_mapping *shm_map_ref(struct shm_mapping *m, size_t min_size);
 void shm_unmap(struct shm_mapping *m);
 /*
  * A peer's arena segment is mapped again by its every next connection:
@@ -369,6 +378,10 @@ void shm_arena_put(struct shm_piece *p, size_t dirty);
 /* Give a piece up without reuse: another process uses it too (fork). */
 void shm_arena_drop(struct shm_piece *p);
 struct shm_mapping *shm_arena_map_peer(int fd, uint64_t off, uint64_t size, const void **addr_p);
+/* The piece [@off, @off + @size) of a segment @m mapped already (another
+ * piece of the same message): a reference of its own. */
+struct shm_mapping *shm_arena_map_again(struct shm_mapping *m, uint64_t off, uint64_t size,
+					const void **addr_p);
 
 /*
  * A PD's MR table or a CQ's notify word as one peer process sees it: a
@@ -720,8 +733,6 @@ void shm_monitor_forget(struct shm_qp *qp);
 /* In a child of fork: a monitor of its own, watching the inherited QPs. */
 void shm_monitor_fork_child(void);
 void shm_monitor_watch(struct shm_qp *qp);
-/* The connection's socket moves from number @from to conn->sock. */
-void shm_monitor_renumber(struct shm_qp *qp, int from);
 /* The name peers kick this process's monitor by (started if need be). */
 int shm_monitor_kick_name(struct shm_wake_name *name);
 /* The QP's region, in the pool of @conn's peer, sized for its queue. */

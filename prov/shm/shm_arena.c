@@ -566,3 +566,18 @@ struct shm_mapping *shm_arena_map_peer(int fd, uint64_t off, uint64_t size, cons
 	*addr_p = (const uint8_t *)m->addr + off;
 	return m;
 }
+
+struct shm_mapping *shm_arena_map_again(struct shm_mapping *m, uint64_t off, uint64_t size,
+					const void **addr_p)
+{
+	if (!shm_piece_ok(off, size, 1)) {
+		ferry_warn("peer named a piece [%llu, +%llu) outside any arena segment",
+			   (unsigned long long)off, (unsigned long long)size);
+		errno = EPROTO;
+		return NULL;
+	}
+	if (!shm_map_ref(m, (size_t)(off + size)))
+		return NULL;
+	*addr_p = (const uint8_t *)m->addr + off;
+	return m;
+}

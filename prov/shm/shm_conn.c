@@ -59,6 +59,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shm-internal.h"
@@ -139,7 +140,12 @@ static int shm_msg_fds_lost(int sock)
 	return ERR(e);
 }
 
-/* Descriptors of the SCM_RIGHTS in @mh into @got (parked); their count. */
+/*
+ * Descriptors of the SCM_RIGHTS in @mh into @got; their count.  Not
+ * parked (ferry_fd_park): every one is closed in the step that took it,
+ * once mapped, so it never holds a low number a program expects for its
+ * own files for longer than that, and parking cost two system calls each.
+ */
 static int shm_msg_take_fds(struct msghdr *mh, int *got, struct ucred *cred_p)
 {
 	struct cmsghdr *cm;
@@ -151,7 +157,6 @@ static int shm_msg_take_fds(struct msghdr *mh, int *got, struct ucred *cred_p)
 
 			for (i = 0; i < k && ngot < SHM_MSG_MAX_FDS; i++) {
 				memcpy(&got[ngot], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-				got[ngot] = ferry_fd_park(got[ngot]);
 				ngot++;
 			}
 		} else if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS &&
@@ -355,20 +360,46 @@ static int shm_region_send(struct shm_qp *qp, struct shm_conn *conn)
 	return shm_msg_send(conn->sock, &m, fds, nfds);
 }
 
+/*
+ * Piece @i of the peer's REGION @m, @size bytes: its segment is mapped
+ * (and fstat'ed, and its seals read) once per message, however many
+ * pieces it holds (usually all three), the later ones taking a reference
+ * of the first's mapping, their bounds checked against it.  @maps: those
+ * mapped so far, by piece.
+ */
+static struct shm_mapping *shm_region_map_piece(const struct shm_msg *m, const int *fds,
+						struct shm_mapping *const *maps, int i,
+						uint64_t size, const void **addr_p)
+{
+	int k;
+
+	for (k = 0; k < i; k++)
+		if (maps[k] && m->fdi[k] == m->fdi[i])
+			return shm_arena_map_again(maps[k], m->off[i], size, addr_p);
+	return shm_arena_map_peer(fds[m->fdi[i]], m->off[i], size, addr_p);
+}
+
 /* Map what the peer's REGION @m names, in its @nfds descriptors @fds. */
 static int shm_region_map_pieces(struct shm_conn *conn, const struct shm_msg *m,
 				 const int *fds, const struct shm_region_layout *want,
 				 const void **region_p)
 {
+	struct shm_mapping *maps[SHM_RP_PIECES] = { NULL };
+
 	conn->peer_table_entries = m->table_entries;
-	conn->peer_region_map = shm_arena_map_peer(fds[m->fdi[SHM_RP_REGION]],
-						   m->off[SHM_RP_REGION], want->size, region_p);
-	conn->peer_table_map = shm_arena_map_peer(fds[m->fdi[SHM_RP_TABLE]], m->off[SHM_RP_TABLE],
-			(size_t)m->table_entries * sizeof(struct shm_mr_entry),
-			(const void **)&conn->peer_table);
-	conn->peer_notify_map = shm_arena_map_peer(fds[m->fdi[SHM_RP_NOTIFY]],
-						   m->off[SHM_RP_NOTIFY], sizeof(struct shm_notify),
-						   (const void **)&conn->peer_notify);
+	maps[SHM_RP_REGION] = shm_region_map_piece(m, fds, maps, SHM_RP_REGION, want->size,
+						   region_p);
+	if (maps[SHM_RP_REGION])
+		maps[SHM_RP_TABLE] = shm_region_map_piece(m, fds, maps, SHM_RP_TABLE,
+				(size_t)m->table_entries * sizeof(struct shm_mr_entry),
+				(const void **)&conn->peer_table);
+	if (maps[SHM_RP_TABLE])
+		maps[SHM_RP_NOTIFY] = shm_region_map_piece(m, fds, maps, SHM_RP_NOTIFY,
+							   sizeof(struct shm_notify),
+							   (const void **)&conn->peer_notify);
+	conn->peer_region_map = maps[SHM_RP_REGION];
+	conn->peer_table_map = maps[SHM_RP_TABLE];
+	conn->peer_notify_map = maps[SHM_RP_NOTIFY];
 	if (!conn->peer_region_map || !conn->peer_table_map || !conn->peer_notify_map)
 		return ERR(EPROTO);
 	return 0;
@@ -747,7 +778,7 @@ int shm_conn_move(struct shm_qp *qp, int to, bool cloexec)
 	ferry_lock(&qp->rq_lock);	/* post_recv may wake the peer on it */
 	conn->sock = held;
 	ferry_unlock(&qp->rq_lock);
-	shm_monitor_renumber(qp, from);
+	/* The monitor's item stays under @from (shm_watch.item_fd). */
 	ferry_fd_close(from);	/* our hold; whoever else holds it closes it */
 	return fd;
 }
@@ -809,13 +840,17 @@ static void shm_conn_take_block(struct shm_conn *conn, uint64_t id, int fd)
 	struct shm_mapping *map = NULL;
 	int fl = fcntl(fd, F_GETFL);
 	int prot = fl >= 0 && (fl & O_ACCMODE) == O_RDONLY ? PROT_READ : PROT_READ | PROT_WRITE;
+	struct stat st;
 
-	/* A peer in another process handing back one of our own blocks would
+	/* One fstat for both questions: whose inode, and what to map.  A
+	 * peer in another process handing back one of our own blocks would
 	 * have us write our memory where it chooses: refuse. */
-	if (conn->peer_pid != ferry_pid() && ferry_block_is_own_inode(ferry_fd_inode(fd)))
+	if (fstat(fd, &st) < 0)
+		ferry_warn("a memory block the peer passed: fstat: %m");
+	else if (conn->peer_pid != ferry_pid() && ferry_block_is_own_inode(st.st_ino))
 		ferry_warn("peer passed back one of our own memory blocks");
 	else if (!shm_conn_find_block(conn, id))
-		map = shm_map_fd(fd, 1, prot);
+		map = shm_map_fd_stat(fd, &st, 1, prot);
 	close(fd);
 	if (!map)
 		return;

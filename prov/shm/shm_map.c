@@ -26,11 +26,22 @@ FERRY_FORK_SAFE(maps, maps_lock)
 
 struct shm_mapping *shm_map_fd(int fd, size_t min_size, int prot)
 {
-	struct shm_mapping *m;
 	struct stat st;
+
+	if (fstat(fd, &st) < 0) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return shm_map_fd_stat(fd, &st, min_size, prot);
+}
+
+struct shm_mapping *shm_map_fd_stat(int fd, const struct stat *stp, size_t min_size, int prot)
+{
+	const struct stat st = *stp;
+	struct shm_mapping *m;
 	int seals;
 
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+	if (!S_ISREG(st.st_mode))
 		goto err_inval;
 	if ((uint64_t)st.st_size < min_size || st.st_size == 0) {
 		ferry_warn("peer passed a %lld-byte file, %zu needed",
@@ -94,6 +105,19 @@ err_unlock:
 err_inval:
 	errno = EINVAL;
 	return NULL;
+}
+
+struct shm_mapping *shm_map_ref(struct shm_mapping *m, size_t min_size)
+{
+	if (m->size < min_size) {
+		ferry_warn("peer named %zu bytes of a file mapped with %zu", min_size, m->size);
+		errno = EINVAL;
+		return NULL;
+	}
+	pthread_mutex_lock(&maps_lock);
+	m->refs++;	/* the caller holds one: never 0 here */
+	pthread_mutex_unlock(&maps_lock);
+	return m;
 }
 
 void shm_map_keep(struct shm_mapping *m)

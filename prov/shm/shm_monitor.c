@@ -26,6 +26,16 @@ struct shm_watch {
 	 * the hung-up one and moved to ERR.
 	 */
 	uint64_t hup_id;
+	/*
+	 * The number the epoll item was added under.  The connection's
+	 * socket may move to another (shm_conn_move: a stream socket's
+	 * descriptor becomes its connection); the item stays where it is,
+	 * since epoll watches the file, and goes when the file does.  Moving
+	 * it too cost an add and a delete per connection.  Only while the
+	 * socket still has this number can EPOLL_CTL_DEL name the item: the
+	 * old number may since be another file's, in the set under its own.
+	 */
+	int item_fd;
 	int pins;		/* the monitor is using qp: don't free it */
 	struct shm_watch *next;
 };
@@ -81,9 +91,11 @@ static struct shm_watch *shm_watch_find_hup(uint64_t id)
 static void *shm_monitor_main(void *arg);
 
 /*
- * A hang-up is reported once (ONESHOT): the socket may outlive its item
- * under another number (shm_monitor_renumber), where EPOLL_CTL_DEL can no
- * longer name it, and a hung-up socket stays ready for good.
+ * A hang-up is reported once (ONESHOT): the socket may be known by another
+ * number than its item's (shm_watch.item_fd), where EPOLL_CTL_DEL can no
+ * longer name it, and a hung-up socket stays ready for good.  An item
+ * left behind by a socket that outlives its QP (another process holds it)
+ * carries a hup_id no watch has any more: its one report is ignored.
  */
 #define SHM_HUP_EVENTS	(EPOLLRDHUP | EPOLLONESHOT)
 
@@ -144,8 +156,10 @@ static int shm_monitor_start_locked(void)
 		struct epoll_event wev = { .events = SHM_HUP_EVENTS, .data.u64 = w->hup_id };
 
 		w->pins = 0;	/* the parent's thread held them */
-		if (w->qp->conn && w->qp->conn->watched &&
-		    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, w->qp->conn->sock, &wev) < 0)
+		if (!w->qp->conn || !w->qp->conn->watched)
+			continue;
+		w->item_fd = w->qp->conn->sock;
+		if (epoll_ctl(mon.epfd, EPOLL_CTL_ADD, w->item_fd, &wev) < 0)
 			w->qp->conn->watched = false;
 	}
 	pthread_attr_init(&attr);
@@ -206,31 +220,21 @@ void shm_monitor_watch(struct shm_qp *qp)
 	pthread_mutex_lock(&mon.lock);
 	if (shm_monitor_start_locked() == 0 && (w = shm_watch_get_locked(qp)) &&
 	    (ev.data.u64 = w->hup_id = ++mon.last_hup_id) &&
-	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, qp->conn->sock, &ev) == 0)
+	    epoll_ctl(mon.epfd, EPOLL_CTL_ADD, w->item_fd = qp->conn->sock, &ev) == 0)
 		qp->conn->watched = true;
 	else
 		ferry_warn("QP %u: cannot watch the peer for hang-up: %m", qp->qp.qp_num);
 	pthread_mutex_unlock(&mon.lock);
 }
 
-/*
- * The QP's socket has number conn->sock now, and @from until the caller
- * closes it: the item moves to the new number (the old one could not be
- * deleted once closed).  Should that fail, the old item still reports
- * the hang-up, which it does once.  sq_lock held.
- */
-void shm_monitor_renumber(struct shm_qp *qp, int from)
+/* Stop @w's item, if it can still be named; mon.lock held. */
+static void shm_watch_unwatch_locked(struct shm_watch *w)
 {
-	struct shm_watch *w;
+	struct shm_conn *conn = w->qp->conn;
 
-	pthread_mutex_lock(&mon.lock);
-	if (mon.pid == ferry_pid() && qp->conn->watched && (w = shm_watch_find(qp))) {
-		struct epoll_event ev = { .events = SHM_HUP_EVENTS, .data.u64 = w->hup_id };
-
-		if (epoll_ctl(mon.epfd, EPOLL_CTL_ADD, qp->conn->sock, &ev) == 0)
-			epoll_ctl(mon.epfd, EPOLL_CTL_DEL, from, NULL);
-	}
-	pthread_mutex_unlock(&mon.lock);
+	if (conn->sock == w->item_fd)
+		epoll_ctl(mon.epfd, EPOLL_CTL_DEL, w->item_fd, NULL);
+	conn->watched = false;
 }
 
 /* The WR at the head of @qp's SQ waits for a receive; sq_lock held. */
@@ -268,10 +272,8 @@ void shm_monitor_forget(struct shm_qp *qp)
 		pthread_cond_wait(&mon.unpinned, &mon.lock);
 	}
 	if (w) {
-		if (qp->conn && qp->conn->watched) {
-			epoll_ctl(mon.epfd, EPOLL_CTL_DEL, qp->conn->sock, NULL);
-			qp->conn->watched = false;
-		}
+		if (qp->conn && qp->conn->watched)
+			shm_watch_unwatch_locked(w);
 		*pp = w->next;
 		free(w);
 	}
@@ -362,8 +364,7 @@ static void *shm_monitor_main(void *arg)
 			qp = w ? w->qp : NULL;
 			if (!qp || !qp->conn || !qp->conn->watched)
 				continue;
-			epoll_ctl(mon.epfd, EPOLL_CTL_DEL, qp->conn->sock, NULL);
-			qp->conn->watched = false;
+			shm_watch_unwatch_locked(w);
 			w->pins++;
 			pthread_mutex_unlock(&mon.lock);
 			shm_monitor_hangup(qp);
