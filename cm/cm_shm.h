@@ -172,6 +172,12 @@ enum ferry_cm_probe shm_cm_probe(const struct sockaddr *dst);
 /* A connect to @dst dialled the rendezvous of @o: none there (@why
  * NO_FERRY), or not the port owner's (NOT_OWNER).  Probes believe it for a
  * while. */
+/*
+ * The owner of @dst's listening socket as a probe found it within the last
+ * few milliseconds, for the connect that follows it: true once per probe
+ * (the answer is taken), false when none is that fresh.
+ */
+bool shm_cm_probe_owner_take(const struct sockaddr *dst, struct shm_cm_owner *owner_p);
 void shm_cm_probe_learn(const struct sockaddr *dst, const struct shm_cm_owner *o,
 			enum ferry_cm_probe why);
 

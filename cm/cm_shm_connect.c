@@ -275,7 +275,8 @@ static int shm_cm_try_connect(struct shm_cm_id *st)
 	char buf[INET6_ADDRSTRLEN];
 	int sock;
 
-	if (shm_cm_owner_of(dst, &owner) < 0) {
+	/* The shim's probe looked a moment ago: its answer, once. */
+	if (!shm_cm_probe_owner_take(dst, &owner) && shm_cm_owner_of(dst, &owner) < 0) {
 		/* Unable to tell who owns the port, ferry cannot be used. */
 		if (errno != ENOENT)
 			ferry_warn("cm: cannot ask the kernel who listens on %s port %u "

@@ -43,6 +43,13 @@
 #define SHM_CM_PROBE_TTL_MS	1000
 /* Destinations remembered; beyond, the oldest memory goes. */
 #define SHM_CM_PROBE_SLOTS	64
+/*
+ * How long the owner a probe found serves the connect behind it: the shim
+ * probes, then connects at once, and asking sock_diag twice cost three
+ * system calls per connection.  A listener gone meanwhile fails the dial
+ * (the shim then goes to TCP), as it would a moment after a fresh look.
+ */
+#define SHM_CM_PROBE_REUSE_MS	10
 
 struct shm_cm_probe_slot {
 	struct sockaddr_in6 dst;	/* or a sockaddr_in; family 0: free */
@@ -58,6 +65,16 @@ static struct {
 	struct shm_cm_probe_slot v[SHM_CM_PROBE_SLOTS];
 } shm_cm_probe_mem = { .lock = PTHREAD_MUTEX_INITIALIZER };
 FERRY_FORK_SAFE(shm_cm_probe_mem, shm_cm_probe_mem.lock)
+
+/* The last owner a probe found, until a connect takes it. */
+static struct {
+	pthread_mutex_t lock;
+	bool valid;
+	struct sockaddr_in6 dst;	/* or a sockaddr_in */
+	struct shm_cm_owner owner;
+	uint64_t looked_ms;
+} shm_cm_probe_last = { .lock = PTHREAD_MUTEX_INITIALIZER };
+FERRY_FORK_SAFE(shm_cm_probe_last, shm_cm_probe_last.lock)
 
 /* Is slot @m about destination @dst?  Address and port only: the rest of a
  * sockaddr (sin_zero, flow label) is whatever the program left there. */
@@ -147,6 +164,38 @@ static enum ferry_cm_probe shm_cm_probe_recall(const struct sockaddr *dst,
 	return r;
 }
 
+static void shm_cm_probe_owner_keep(const struct sockaddr *dst, const struct shm_cm_owner *o)
+{
+	socklen_t len = cm_addr_len(dst);
+
+	if (!len || len > sizeof(shm_cm_probe_last.dst))
+		return;
+	pthread_mutex_lock(&shm_cm_probe_last.lock);
+	memset(&shm_cm_probe_last.dst, 0, sizeof(shm_cm_probe_last.dst));
+	memcpy(&shm_cm_probe_last.dst, dst, len);
+	shm_cm_probe_last.owner = *o;
+	shm_cm_probe_last.looked_ms = monotime_coarse_ms();
+	shm_cm_probe_last.valid = true;
+	pthread_mutex_unlock(&shm_cm_probe_last.lock);
+}
+
+bool shm_cm_probe_owner_take(const struct sockaddr *dst, struct shm_cm_owner *owner_p)
+{
+	struct shm_cm_probe_slot last;
+	bool took = false;
+
+	pthread_mutex_lock(&shm_cm_probe_last.lock);
+	last.dst = shm_cm_probe_last.dst;
+	if (shm_cm_probe_last.valid && shm_cm_probe_is(&last, dst) &&
+	    monotime_coarse_ms() - shm_cm_probe_last.looked_ms < SHM_CM_PROBE_REUSE_MS) {
+		*owner_p = shm_cm_probe_last.owner;
+		shm_cm_probe_last.valid = false;
+		took = true;
+	}
+	pthread_mutex_unlock(&shm_cm_probe_last.lock);
+	return took;
+}
+
 enum ferry_cm_probe shm_cm_probe(const struct sockaddr *dst)
 {
 	struct shm_cm_owner owner;
@@ -159,5 +208,8 @@ enum ferry_cm_probe shm_cm_probe(const struct sockaddr *dst)
 		return r;
 	if (shm_cm_owner_of(dst, &owner) < 0)
 		return errno == ENOENT ? FERRY_CM_PROBE_NO_LISTENER : FERRY_CM_PROBE_UNKNOWN;
-	return shm_cm_probe_recall(dst, &owner);
+	r = shm_cm_probe_recall(dst, &owner);
+	if (r == FERRY_CM_PROBE_MAYBE)
+		shm_cm_probe_owner_keep(dst, &owner);
+	return r;
 }
