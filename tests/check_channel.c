@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -364,6 +365,53 @@ START_TEST(test_wake_sender_full)
 }
 END_TEST
 
+/*
+ * A wake socket given back (a stream socket's channel, once its connection
+ * took over) serves the next CQ: the same socket and name, reachable.  A
+ * child of fork never gets its parent's spares (both would hand the one
+ * socket to a CQ of their own, each draining the other's wake-ups).
+ */
+static bool ch_name_eq(const struct shm_wake_name *x, const struct shm_wake_name *y)
+{
+	return x->len == y->len && memcmp(x->bytes, y->bytes, x->len) == 0;
+}
+
+START_TEST(test_wake_spares)
+{
+	struct shm_wake_name first, again, mine;
+	int fd, status;
+	pid_t pid;
+
+	if (!tu_on_shm()) {
+		printf("SKIP test_wake_spares on %s: shm's wake sockets\n", tu_transport());
+		return;
+	}
+	fd = shm_wake_socket(&first);
+	ck_assert_int_ge(fd, 0);
+	shm_wake_socket_put(fd, &first);
+	ck_assert_int_eq(shm_wake_socket(&again), fd);
+	ck_assert(ch_name_eq(&first, &again));
+	shm_wake(&again);
+	ck_assert_int_eq(shm_wake_drain(fd), 1);
+	shm_wake_socket_put(fd, &again);
+
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int cfd = shm_wake_socket(&mine);
+
+		_exit(cfd < 0 ? 2 : ch_name_eq(&mine, &first) ? 1 : 0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "the child got its parent's spare wake socket (status %d)", status);
+	/* The parent's spare is still its own. */
+	ck_assert_int_eq(shm_wake_socket(&mine), fd);
+	ck_assert(ch_name_eq(&mine, &first));
+	close(fd);
+}
+END_TEST
+
 START_TEST(test_ack_many)
 {
 	struct ferry_cq *cq;
@@ -617,6 +665,7 @@ Suite *channel_suite(void)
 	tcase_add_test(tc, test_two_cqs_one_channel);
 	tcase_add_test(tc, test_single_channel);
 	tcase_add_test(tc, test_wake_sender_full);
+	tcase_add_test(tc, test_wake_spares);
 	tcase_add_test(tc, test_ack_many);
 	suite_add_tcase(s, tc);
 

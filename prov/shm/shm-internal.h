@@ -691,6 +691,9 @@ void shm_pd_remove_qp(struct shm_pd *pd, struct shm_qp *qp);
 /* shm_wake.c: waking a CQ by its socket's name */
 /* A bound, non-blocking wake socket (parked) and its name; -1 + errno. */
 int shm_wake_socket(struct shm_wake_name *name);
+/* A wake socket (@fd, named @name) no CQ uses any more: kept for the next
+ * shm_wake_socket, or closed.  Only one nobody else holds. */
+void shm_wake_socket_put(int fd, const struct shm_wake_name *name);
 static inline bool shm_wake_name_ok(const struct shm_wake_name *name)
 {
 	return name->len >= 2 && name->len <= SHM_WAKE_NAME_MAX && name->bytes[0] == '\0';

@@ -164,7 +164,7 @@ int shm_comp_channel_on_conn(struct ferry_comp_channel *ch, struct ferry_qp *fqp
 	shm_notify_update(scq, scq->gen, 0, SHM_NOTIFY_CONN);
 	ferry_unlock(&scq->lock);
 	if (old != to && !sch->fd_given)
-		close(old);
+		shm_wake_socket_put(old, &sch->wake);	/* ours alone: the next CQ's */
 	ch->fd = to;
 	sch->wake.len = 0;
 	sch->fd_given = true;

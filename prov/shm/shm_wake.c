@@ -21,7 +21,12 @@
  * A CQ whose channel is its one QP's connection (a stream socket's, see
  * ferry_comp_channel_on_conn) has no wake socket: the peer sends a record
  * on the connection instead (shm_conn_wake), and SHM_NOTIFY_CONN in the
- * CQ's arm word tells it so.
+ * CQ's arm word tells it so.  The wake socket it had is kept for the next
+ * one (shm_wake_socket_put): a stream socket makes its channel before it
+ * connects, and making, naming and closing a socket per connection was
+ * four system calls on each side.  A spare may hold a wake-up meant for
+ * the CQ it served (a peer that read the arm word before the change):
+ * like a stranger's, it costs its next CQ one look at an empty queue.
  *
  * Anyone on the host may send to an abstract name.  What a wake-up says is
  * never read: a stranger's datagram costs the CQ's owner one spurious look
@@ -41,8 +46,63 @@
 #include "shm-internal.h"
 
 #define SHM_WAKE_SNDBUF	(16 << 20)
+/* Wake sockets kept for the next CQ: a connection in flight needs one,
+ * and each kept is a descriptor a process near its limit may miss. */
+#define SHM_WAKE_SPARES	4
 
 static atomic_int shm_wake_sender = -1;
+
+static struct {
+	pthread_mutex_t lock;
+	pid_t pid;		/* whose: a child of fork shares its parent's */
+	int n;
+	int fd[SHM_WAKE_SPARES];
+	struct shm_wake_name name[SHM_WAKE_SPARES];
+} shm_wake_spares = { .lock = PTHREAD_MUTEX_INITIALIZER };
+FERRY_FORK_SAFE(shm_wake_spares, shm_wake_spares.lock)
+
+/*
+ * The spares are this process's (lock held).  A child's copies are its
+ * parent's sockets too: handed to a CQ on each side, the one would drain
+ * the other's wake-ups.  So the child closes its copies.
+ */
+static void shm_wake_spares_adopt_locked(void)
+{
+	if (shm_wake_spares.pid == ferry_pid())
+		return;
+	while (shm_wake_spares.n > 0)
+		close(shm_wake_spares.fd[--shm_wake_spares.n]);
+	shm_wake_spares.pid = ferry_pid();
+}
+
+/* A spare wake socket and its name, or -1. */
+static int shm_wake_spare_take(struct shm_wake_name *name)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&shm_wake_spares.lock);
+	shm_wake_spares_adopt_locked();
+	if (shm_wake_spares.n > 0) {
+		fd = shm_wake_spares.fd[--shm_wake_spares.n];
+		*name = shm_wake_spares.name[shm_wake_spares.n];
+	}
+	pthread_mutex_unlock(&shm_wake_spares.lock);
+	return fd;
+}
+
+void shm_wake_socket_put(int fd, const struct shm_wake_name *name)
+{
+	pthread_mutex_lock(&shm_wake_spares.lock);
+	shm_wake_spares_adopt_locked();
+	if (shm_wake_spares.n < SHM_WAKE_SPARES) {
+		shm_wake_spares.fd[shm_wake_spares.n] = fd;
+		shm_wake_spares.name[shm_wake_spares.n++] = *name;
+		fd = -1;
+	}
+	pthread_mutex_unlock(&shm_wake_spares.lock);
+	if (fd >= 0)
+		close(fd);
+}
 
 static int shm_wake_dgram(void)
 {
@@ -81,8 +141,11 @@ int shm_wake_socket(struct shm_wake_name *name)
 {
 	struct sockaddr_un un;
 	socklen_t len = sizeof(sa_family_t);
-	int fd = shm_wake_dgram();
+	int fd = shm_wake_spare_take(name);
 
+	if (fd >= 0)
+		return fd;
+	fd = shm_wake_dgram();
 	if (fd < 0)
 		return -1;
 	/* The sender comes with the first CQ, not with its first event: a
