@@ -346,7 +346,13 @@ static int shm_cm_request(struct shm_cm_id *st, int sock, const struct cm_msg *m
 	if (!rst)
 		goto err_free_id;
 	rst->sock = sock;
-	if (shm_cm_arm(rst, sock, EV_CLOSED, shm_cm_on_request_gone, NULL) < 0) {
+	/* A quiet listener's (stream sockets') requests are accepted or
+	 * rejected as soon as their events are taken, and an accept to a
+	 * client gone fails at its first send: watching for the hang-up in
+	 * between cost an epoll add and delete per connection.  Meanwhile the
+	 * socket waits, as a departed client's connection waits in the
+	 * kernel's backlog until accept. */
+	if (!req->quiet && shm_cm_arm(rst, sock, EV_CLOSED, shm_cm_on_request_gone, NULL) < 0) {
 		rst->sock = -1;
 		goto err_free_state;
 	}

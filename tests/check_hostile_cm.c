@@ -322,6 +322,75 @@ START_TEST(test_stalled_client_sock)
 }
 END_TEST
 
+/*
+ * A client that sends its request and HELLO and goes before the listener
+ * accepts.  A listener that reports events for its requests learns it at
+ * once (CONNECT_ERROR, nothing accepted).  A quiet one (stream sockets:
+ * ferry_cm_quiet) does not watch its requests, as the kernel's backlog
+ * keeps a departed client's connection: its accept fails then, at once or
+ * with CONNECT_ERROR, never ESTABLISHED, and nothing of the request stays.
+ */
+/* One departed client of listener @l on @port. */
+static void hcm_departed_round(struct cmt_end *l, uint16_t port, bool quiet)
+{
+	struct ferry_cm_event *ev;
+	struct ferry_cm_id *gone;
+	struct tu_end raw;
+	int fd;
+
+	fd = hcm_stalled_client(port, &raw);
+	ck_assert_int_eq(cmt_wait(l->ch, FERRY_CM_EVENT_CONNECT_REQUEST, &ev), 0);
+	gone = ev->id;
+	ferry_ack_cm_event(ev);
+	close(fd);
+	tu_end_close(&raw);
+	if (!quiet) {
+		ck_assert_int_eq(cmt_wait(l->ch, FERRY_CM_EVENT_CONNECT_ERROR, &ev), 0);
+		ck_assert_ptr_eq(ev->id, gone);
+		ferry_ack_cm_event(ev);
+	} else {
+		tu_sleep_ms(50);	/* a hang-up seen would have been reported by now */
+		ck_assert(!hcm_event_queued(l->ch));
+		ck_assert_int_eq(cmt_create_qp(gone), 0);
+		if (ferry_accept(gone, NULL) == 0) {
+			ck_assert_int_eq(cmt_wait(l->ch, FERRY_CM_EVENT_CONNECT_ERROR, &ev), 0);
+			ck_assert_ptr_eq(ev->id, gone);
+			ferry_ack_cm_event(ev);
+		}
+		ferry_cm_destroy_qp(gone);
+	}
+	ck_assert_int_eq(ferry_destroy_id(gone), 0);
+}
+
+static void hcm_departed_client(bool quiet)
+{
+	struct cmt_end l;
+	uint16_t port;
+	int fds_before;
+
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	if (quiet)
+		ferry_cm_quiet(l.id);
+	/* The first round makes what a process keeps (the monitor, ...). */
+	hcm_departed_round(&l, port, quiet);
+	fds_before = cmt_count_fds();
+	hcm_departed_round(&l, port, quiet);
+	ck_assert_int_eq(cmt_count_fds(), fds_before);
+	cmt_close(&l);
+}
+
+START_TEST(test_departed_client)
+{
+	hcm_departed_client(false);
+}
+END_TEST
+
+START_TEST(test_departed_client_quiet)
+{
+	hcm_departed_client(true);
+}
+END_TEST
+
 /* --- servers that stall the client's handshake --- */
 
 START_TEST(test_server_stalls_after_accept)
@@ -700,6 +769,8 @@ Suite *hostile_cm_suite(void)
 	if (tu_on_shm()) {
 		tcase_add_test(stall, test_stalled_client_cm);
 		tcase_add_test(stall, test_stalled_client_sock);
+		tcase_add_test(stall, test_departed_client);
+		tcase_add_test(stall, test_departed_client_quiet);
 		tcase_add_test(stall, test_server_stalls_after_accept);
 		tcase_add_test(stall, test_no_ready_no_connection);
 		tcase_add_test(stall, test_fds_exhausted_no_connection);
