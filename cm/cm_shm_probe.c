@@ -49,7 +49,7 @@
  * system calls per connection.  A listener gone meanwhile fails the dial
  * (the shim then goes to TCP), as it would a moment after a fresh look.
  */
-#define SHM_CM_PROBE_REUSE_MS	10
+#define SHM_CM_PROBE_REUSE_MS	50
 
 struct shm_cm_probe_slot {
 	struct sockaddr_in6 dst;	/* or a sockaddr_in; family 0: free */

@@ -448,6 +448,53 @@ START_TEST(test_probe)
 }
 END_TEST
 
+/*
+ * The owner a probe found serves the connect right behind it, once, for
+ * that destination only, and only while fresh (50 ms): cm/cm_shm_probe.c.
+ */
+START_TEST(test_probe_owner_reuse)
+{
+	struct shm_cm_owner want, got;
+	struct sockaddr_storage dst, other;
+	struct sockaddr *d = (struct sockaddr *)&dst;
+	struct cmt_end l, l2, c, s;
+	uint16_t port, port2;
+
+	if (!tu_on_shm()) {
+		printf("SKIP test_probe_owner_reuse on %s: shm's listeners\n", tu_transport());
+		return;
+	}
+	ck_assert_int_eq(cmt_listen(&l, AF_INET, &port), 0);
+	ck_assert_int_eq(cmt_listen(&l2, AF_INET, &port2), 0);
+	cmt_addr(&dst, AF_INET, port);
+	cmt_addr(&other, AF_INET, port2);
+	ck_assert_int_eq(shm_cm_owner_of(d, &want), 0);
+
+	ck_assert_int_eq(ferry_cm_probe(d), FERRY_CM_PROBE_MAYBE);
+	ck_assert(!shm_cm_probe_owner_take((struct sockaddr *)&other, &got));
+	ck_assert(shm_cm_probe_owner_take(d, &got));
+	ck_assert_uint_eq(got.inode, want.inode);
+	ck_assert_uint_eq(got.cookie, want.cookie);
+	ck_assert_uint_eq(got.uid, want.uid);
+	ck_assert(!shm_cm_probe_owner_take(d, &got));	/* once */
+
+	ck_assert_int_eq(ferry_cm_probe(d), FERRY_CM_PROBE_MAYBE);
+	usleep(120 * 1000);
+	ck_assert(!shm_cm_probe_owner_take(d, &got));	/* stale */
+
+	/* A connect behind a probe takes it and connects. */
+	ck_assert_int_eq(ferry_cm_probe(d), FERRY_CM_PROBE_MAYBE);
+	ck_assert_int_eq(cmt_connect(&c, d, NULL, 0), 0);
+	ck_assert_int_eq(cmt_accept(&l, &s), 0);
+	ck_assert_int_eq(cmt_wait_ack(c.ch, FERRY_CM_EVENT_ESTABLISHED), 0);
+	ck_assert(!shm_cm_probe_owner_take(d, &got));
+	cmt_close(&c);
+	cmt_close(&s);
+	cmt_close(&l2);
+	cmt_close(&l);
+}
+END_TEST
+
 START_TEST(test_private_data_limits)
 {
 	uint8_t big[256] = { 0 };
@@ -984,6 +1031,7 @@ Suite *cm_suite(void)
 	tcase_add_test(conn, test_iwarp_exchange_refused);
 	tcase_add_test(conn, test_iwarp_depths_clamped);
 	tcase_add_test(conn, test_probe);
+	tcase_add_test(conn, test_probe_owner_reuse);
 	tcase_add_test(conn, test_private_data_limits);
 	tcase_add_test(conn, test_disconnect_both_sides);
 	tcase_add_test(conn, test_quiet_ids);
