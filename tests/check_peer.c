@@ -17,6 +17,7 @@
 #include <check.h>
 
 #include "check_suites.h"
+#include "shm-internal.h"
 #include "testutil.h"
 
 /* --- a peer that dies --- */
@@ -140,6 +141,38 @@ START_TEST(test_killed_idle_peer)
 				       e->mr->lkey, c.peer.addr, c.peer.rkey), 0);
 	peer_expect_errors(e->send_cq, 2);
 	tu_assert_cq_empty(e->send_cq);
+	peer_close(&c);
+}
+END_TEST
+
+/*
+ * shm: a connection whose socket moved to other numbers (a stream socket's
+ * descriptor becomes its connection: shm_conn_move) is still watched: the
+ * monitor's item stays under the first number, where epoll still watches
+ * the file, and the peer's death moves the QP to ERR all the same.
+ */
+START_TEST(test_killed_peer_after_move)
+{
+	struct peer_conn c;
+	struct tu_end *e = &c.end;
+	struct shm_qp *qp;
+	int first, moved;
+
+	if (!tu_on_shm()) {
+		printf("SKIP test_killed_peer_after_move on %s: shm's monitor\n", tu_transport());
+		return;
+	}
+	peer_connect(&c, PEER_IDLE, false);
+	qp = to_sqp(e->qp);
+	first = qp->conn->sock;
+	ferry_lock(&qp->sq_lock);
+	moved = shm_conn_move(qp, -1, true);
+	ferry_unlock(&qp->sq_lock);
+	ck_assert_int_ge(moved, 0);
+	ck_assert_int_ne(moved, first);
+	ck_assert_int_eq(qp->conn->sock, moved);
+	peer_kill(&c);
+	ck_assert(tu_wait_qp_state(e->qp, FERRY_QPS_ERR, TU_WAIT_MS));
 	peer_close(&c);
 }
 END_TEST
@@ -566,6 +599,7 @@ Suite *peer_suite(void)
 	tc = tcase_create("death");
 	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
 	tcase_add_test(tc, test_killed_idle_peer);
+	tcase_add_test(tc, test_killed_peer_after_move);
 	tcase_add_test(tc, test_killed_writer_peer);
 	tcase_add_test(tc, test_killed_peer_wakes_blocked_waiter);
 	tcase_add_test(tc, test_killed_peer_then_arm);
