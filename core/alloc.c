@@ -560,6 +560,31 @@ int ferry_block_window_fd(uint64_t id)
 	return fd;
 }
 
+int ferry_block_window_send(uint64_t id, int (*send_fd)(int fd, void *arg), void *arg)
+{
+	struct ferry_window *w;
+	struct ferry_block *blk;
+	int fd, r;
+
+	pthread_mutex_lock(&blocks_lock);
+	w = window_find_locked(id, &blk);
+	if (w && w->fd >= 0 && id == w->id_rw) {
+		/* Its own descriptor, passed while the lock keeps it open: a
+		 * copy made to be closed after one sendmsg was two calls more. */
+		w->out = true;	/* as ferry_block_window_fd: handed out */
+		r = send_fd(w->fd, arg);
+		pthread_mutex_unlock(&blocks_lock);
+		return r;
+	}
+	pthread_mutex_unlock(&blocks_lock);
+	fd = ferry_block_window_fd(id);	/* read-only: a description of its own */
+	if (fd < 0)
+		return -1;
+	r = send_fd(fd, arg);
+	close(fd);
+	return r;
+}
+
 /*
  * Move window @w of @blk to a new file, the peers that had it left with
  * the old one, and give it new ids; blocks_lock held.  The base window

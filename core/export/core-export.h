@@ -288,6 +288,14 @@ int ferry_block_renew(uint64_t id, const void *owner, uint64_t *id_p);
  * it is gone (or its block's descriptor was dropped; ESTALE: renewed). */
 int ferry_block_window_fd(uint64_t id);
 /*
+ * ferry_block_window_send - @send_fd(a descriptor of window @id, @arg),
+ * its result; -1 with ferry_block_window_fd's errno when there is none.
+ * The descriptor is the caller's only during the call, which must not
+ * block nor call into this file (a read-write window's own, under its
+ * lock): nothing dup'ed and closed for one sendmsg.
+ */
+int ferry_block_window_send(uint64_t id, int (*send_fd)(int fd, void *arg), void *arg);
+/*
  * ferry_block_drop_fd - close the memfds of the block mapped at @addr and
  * of its windows, keeping the block (mapped here, and wherever peers
  * mapped it): a block that no new peer will need costs no descriptor.

@@ -522,6 +522,21 @@ void shm_conn_destroy(struct shm_qp *qp, struct shm_conn *conn)
 	free(conn);
 }
 
+struct shm_announce {
+	struct shm_conn *conn;
+	uint64_t id;
+	bool tried;		/* a descriptor came: its failure is the send's */
+};
+
+/* ferry_block_window_send's callback: BLOCK @a->id with @fd. */
+static int shm_conn_announce_fd(int fd, void *arg)
+{
+	struct shm_announce *a = arg;
+
+	a->tried = true;
+	return shm_conn_announce_block(a->conn, a->id, fd);
+}
+
 /*
  * Announce the window of every MR of the PD that has one (SEND targets and
  * one-sided targets: shm_mr_share) to a new peer;
@@ -543,26 +558,20 @@ static int shm_conn_announce_existing(struct shm_qp *qp, struct shm_conn *conn)
 		return -1;
 
 	while ((e = shm_pd_next_entry(spd, &pos))) {
-		uint64_t id;
-		int fd, r;
+		struct shm_announce a = { conn, e->block_id, false };
 
-		id = e->block_id;
-		if (!id || !shm_conn_may_map(conn, e->access))
+		if (!a.id || !shm_conn_may_map(conn, e->access))
 			continue;
 		errno = 0;
-		fd = ferry_block_window_fd(id);
-		if (fd < 0) {
+		if (ferry_block_window_send(a.id, shm_conn_announce_fd, &a) < 0) {
 			/* Freed meanwhile is fine; out of descriptors is not:
 			 * the peer would connect without the block and find
-			 * its writes refused later (remote access errors). */
-			if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+			 * its writes refused later (remote access errors);
+			 * nor is a block the peer must have, not sent. */
+			if (a.tried || errno == EMFILE || errno == ENFILE || errno == ENOMEM)
 				return -1;
 			continue;
 		}
-		r = shm_conn_announce_block(conn, id, fd);
-		close(fd);
-		if (r < 0)
-			return -1;	/* a block the peer must have, not sent */
 		shm_pd_windows_out(spd);
 	}
 	return 0;
