@@ -309,7 +309,10 @@ START_TEST(test_join_wrong_qpn)
 	ck_assert_int_eq(jt_join(a.qp, aa.psn, &ba, false), 0);	/* RTR: no word of it */
 	ck_assert_int_eq(jt_join(b.qp, 2, &aa, false), 0);
 	jt_expect_retry_exc(&a);
-	jt_expect_retry_exc(&b);	/* a waits for another QP: b finds nobody either */
+	/* On shm a waits for another QP, so b finds nobody either; a device's
+	 * RC responder takes b's packets (their source QPN is not in them). */
+	if (tu_on_shm())
+		jt_expect_retry_exc(&b);
 	tu_end_close(&a);
 	tu_end_close(&b);
 }
@@ -342,6 +345,8 @@ START_TEST(test_join_wrong_psn)
 	struct jt_addr aa, ba;
 	struct ferry_wc wc;
 
+	if (!tu_on_shm())
+		return;		/* ferry's choice; devices differ (docs/wire.md) */
 	jt_end_open(&a, FERRY_QPT_RC);
 	jt_end_open(&b, FERRY_QPT_RC);
 	jt_addr_of(&a, 100, &aa);
@@ -530,7 +535,9 @@ START_TEST(test_join_dead_peer)
 	ck_assert_int_eq(tu_post_recv1(e.qp, 5, e.buf + 8192, 64, e.mr->lkey), 0);
 	kill(pid, SIGKILL);
 	ck_assert_int_ne(tu_wait_child(pid, TU_WAIT_MS), 0);
-	ck_assert(tu_wait_qp_state(e.qp, FERRY_QPS_ERR, TU_WAIT_MS));
+	/* shm sees the hang-up at once; a device at the next send's retries */
+	if (tu_on_shm())
+		ck_assert(tu_wait_qp_state(e.qp, FERRY_QPS_ERR, TU_WAIT_MS));
 	ck_assert_int_eq(tu_post_send1(e.qp, 6, FERRY_WR_SEND, 0, e.buf, 8, e.mr->lkey,
 				       0, 0), 0);
 	n = tu_poll(e.send_cq, wc, 2, TU_WAIT_MS);
