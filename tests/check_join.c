@@ -38,9 +38,12 @@ struct jt_addr {
 	uint32_t rkey;
 };
 
-/* Short retries: a wrong QPN is found out in about a second. */
-#define JT_TIMEOUT	14	/* 4.096 us << 14 = 67 ms */
+/* Short retries where nobody answers (found out in ferry's floor of 2 s on
+ * shm), long ones where somebody does (room for valgrind's pace). */
+#define JT_TIMEOUT_SHORT 14	/* 4.096 us << 14 = 67 ms, twice */
+#define JT_TIMEOUT_LONG	 21	/* 8.6 s, twice */
 #define JT_RETRY_CNT	1
+static uint8_t jt_timeout = JT_TIMEOUT_LONG;
 
 /* The end's QP, remade as @type (tu_end_open makes RC). */
 static void jt_end_open(struct tu_end *e, enum ferry_qp_type type)
@@ -106,7 +109,7 @@ static int jt_join(struct ferry_qp *qp, uint32_t my_psn, const struct jt_addr *p
 		return -1;
 	a.qp_state = FERRY_QPS_RTS;
 	a.sq_psn = my_psn;
-	a.timeout = JT_TIMEOUT;
+	a.timeout = jt_timeout;
 	a.retry_cnt = JT_RETRY_CNT;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 1;
@@ -301,6 +304,8 @@ START_TEST(test_join_wrong_qpn)
 	struct tu_end a, b;
 	struct jt_addr aa, ba;
 
+	jt_timeout = JT_TIMEOUT_SHORT;
+
 	jt_end_open(&a, FERRY_QPT_RC);
 	jt_end_open(&b, FERRY_QPT_RC);
 	jt_addr_of(&a, 1, &aa);
@@ -323,6 +328,8 @@ START_TEST(test_join_unreachable_gid)
 	struct tu_end a;
 	struct jt_addr nobody = { .qpn = 0x77 };
 
+	jt_timeout = JT_TIMEOUT_SHORT;
+
 	if (!tu_on_shm())
 		return;
 	jt_end_open(&a, FERRY_QPT_RC);
@@ -344,6 +351,8 @@ START_TEST(test_join_wrong_psn)
 	struct tu_end a, b;
 	struct jt_addr aa, ba;
 	struct ferry_wc wc;
+
+	jt_timeout = JT_TIMEOUT_SHORT;
 
 	if (!tu_on_shm())
 		return;		/* ferry's choice; devices differ (docs/wire.md) */
@@ -531,6 +540,8 @@ START_TEST(test_join_dead_peer)
 	int ctl, n;
 	pid_t pid;
 
+	jt_timeout = JT_TIMEOUT_SHORT;
+
 	pid = jt_fork_joined(&e, &type, &ctl, &child);
 	ck_assert_int_eq(tu_post_recv1(e.qp, 5, e.buf + 8192, 64, e.mr->lkey), 0);
 	kill(pid, SIGKILL);
@@ -556,6 +567,8 @@ START_TEST(test_join_peer_gone_before)
 	struct jt_addr mine, gone;
 	int sv[2];
 	pid_t pid;
+
+	jt_timeout = JT_TIMEOUT_SHORT;
 
 	jt_end_open(&e, FERRY_QPT_RC);
 	jt_addr_of(&e, 5, &mine);
@@ -740,12 +753,19 @@ START_TEST(test_join_pp_message)
 }
 END_TEST
 
+/* Every test starts with the long retries (CK_FORK=no keeps globals). */
+static void jt_setup(void)
+{
+	jt_timeout = JT_TIMEOUT_LONG;
+}
+
 Suite *join_suite(void)
 {
 	Suite *s = suite_create("join");
 	TCase *tc = tcase_create("join");
 
 	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
+	tcase_add_checked_fixture(tc, jt_setup, NULL);
 	tcase_add_test(tc, test_join_rc_lid);
 	tcase_add_test(tc, test_join_rc_gid);
 	tcase_add_test(tc, test_join_uc);

@@ -11,7 +11,8 @@
  *     retry_cnt + 1 times; no less than SHM_JOIN_WAIT_MIN_NS, for the
  *     rendezvous is a handshake, not a packet; timeout 0, "infinite",
  *     waits SHM_JOIN_WAIT_DEFAULT_NS, never for ever; UC, which has no
- *     timeout, SHM_JOIN_WAIT_MIN_NS), an RC QP completes
+ *     timeout, SHM_JOIN_WAIT_MIN_NS; and not while the peer, found,
+ *     is in the middle of the handshake), an RC QP completes
  *     the first with FERRY_WC_RETRY_EXC_ERR and goes to ERR; a UC QP
  *     drops them, completing them successfully, as an unacknowledged
  *     sender knows no better, and keeps looking for its peer;
@@ -41,7 +42,7 @@
 #include "shm-internal.h"
 #include "shm_join.h"
 
-#define SHM_JOIN_WAIT_MIN_NS	 1000000000ull	/* 1 s */
+#define SHM_JOIN_WAIT_MIN_NS	 2000000000ull	/* 2 s */
 #define SHM_JOIN_WAIT_DEFAULT_NS 10000000000ull	/* timeout 0: 10 s */
 #define SHM_JOIN_DIAL_FIRST_NS	    1000000ull	/* 1 ms, doubled ... */
 #define SHM_JOIN_DIAL_MAX_NS	  200000000ull	/* ... up to 200 ms */
@@ -178,8 +179,12 @@ bool shm_join_sq_hold(struct shm_qp *qp)
 static uint64_t shm_join_check_sends(struct shm_join *j, uint64_t now)
 {
 	struct shm_qp *qp = j->qp;
-	uint64_t next;
+	uint64_t next = 0;
 
+	/* Found: the peer answered, it is the handshake that takes time (a
+	 * loaded host, valgrind); its own deadline (step_ns) bounds it. */
+	if (j->state == SHM_J_ASKED || j->state == SHM_J_EXCHANGE)
+		return 0;
 	ferry_lock(&qp->sq_lock);
 	if (!qp->conn && j->send_deadline_ns && now >= j->send_deadline_ns) {
 		j->send_deadline_ns = 0;
@@ -192,8 +197,9 @@ static uint64_t shm_join_check_sends(struct shm_join *j, uint64_t now)
 			j->given_up = true;
 			shm_join_drop_sq(qp);
 		}
+	} else if (!qp->conn) {
+		next = j->send_deadline_ns;
 	}
-	next = qp->conn ? 0 : j->send_deadline_ns;
 	ferry_unlock(&qp->sq_lock);
 	return next;
 }

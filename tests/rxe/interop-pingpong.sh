@@ -53,6 +53,17 @@ cleanup() {
 trap cleanup EXIT
 port=$(( 19000 + ($$ % 1000) ))
 
+# Until something listens on TCP port $1 (rdma-core's client dials once
+# and gives up; a server under emulation takes seconds to open its device).
+wait_listen() {
+	local i
+	for i in $(seq 1 100); do
+		ss -ltnH "sport = :$1" 2>/dev/null | grep -q . && return 0
+		sleep 0.2
+	done
+	return 1
+}
+
 # pair NAME "SERVER CMD" "CLIENT CMD": both must finish all iterations.
 pair() {
 	local name=$1 srv_cmd=$2 cli_cmd=$3 srv cli
@@ -61,7 +72,7 @@ pair() {
 	timeout 120 $srv_cmd -p "$port" -g "$gidx" -n "$iters" >"$tmp/$name.srv" 2>&1 &
 	srv=$!
 	pids+=("$srv")
-	sleep 0.5
+	wait_listen "$port"
 	# shellcheck disable=SC2086
 	timeout 120 $cli_cmd -p "$port" -g "$gidx" -n "$iters" 127.0.0.1 >"$tmp/$name.cli" 2>&1
 	cli=$?
