@@ -264,8 +264,15 @@ START_TEST(test_join_uc_masks)
 				      .dest_qp_num = 1, .ah_attr = { .dlid = 1 } };
 	int mask = FERRY_QP_STATE | FERRY_QP_AV | FERRY_QP_PATH_MTU | FERRY_QP_DEST_QPN |
 		   FERRY_QP_RQ_PSN;
+	struct jt_addr self;
 
 	jt_end_open(&a, FERRY_QPT_UC);
+	jt_addr_of(&a, 0, &self);
+	if (!self.lid) {	/* RoCE: a GID, not a LID */
+		attr.ah_attr.is_global = 1;
+		attr.ah_attr.grh.dgid = self.gid;
+		attr.ah_attr.grh.hop_limit = 1;
+	}
 	ck_assert_int_eq(tu_qp_to_init(a.qp, FERRY_ACCESS_REMOTE_WRITE), 0);
 	ck_assert_int_eq(ferry_modify_qp(a.qp, &attr, mask | FERRY_QP_MIN_RNR_TIMER), -1);
 	ck_assert_int_eq(errno, EINVAL);
@@ -474,9 +481,11 @@ static pid_t jt_fork_joined(struct tu_end *e, enum ferry_qp_type *type, int *ctl
 	int sock;
 	pid_t pid;
 
-	jt_end_open(e, *type);
+	/* Fork first: memory registered before a fork is the child's too on
+	 * a device (copy-on-write moves the parent's pages off the MR). */
 	pid = tu_fork(jt_child_peer, type, &sock, ctl_p);
 	close(sock);
+	jt_end_open(e, *type);
 	jt_addr_of(e, 0x99, &mine);
 	ck_assert_int_eq(tu_msg_recv(*ctl_p, child_p, sizeof(*child_p), TU_WAIT_MS), 0);
 	ck_assert_int_eq(tu_msg_send(*ctl_p, &mine, sizeof(mine)), 0);
