@@ -795,10 +795,13 @@ static int core_qp_to_rtr(struct ferry_qp *qp, uint32_t peer_qp_num)
 		.ah_attr = { .port_num = 1 },
 	};
 
-	return ferry_modify_qp(qp, &attr, FERRY_QP_STATE | FERRY_QP_AV |
-			       FERRY_QP_PATH_MTU | FERRY_QP_DEST_QPN |
-			       FERRY_QP_RQ_PSN | FERRY_QP_MAX_DEST_RD_ATOMIC |
-			       FERRY_QP_MIN_RNR_TIMER);
+	int mask = FERRY_QP_STATE | FERRY_QP_AV | FERRY_QP_PATH_MTU | FERRY_QP_DEST_QPN |
+		   FERRY_QP_RQ_PSN;
+
+	/* UC has no responder resources or RNR timer to set. */
+	if (qp->qp_type == FERRY_QPT_RC)
+		mask |= FERRY_QP_MAX_DEST_RD_ATOMIC | FERRY_QP_MIN_RNR_TIMER;
+	return ferry_modify_qp(qp, &attr, mask);
 }
 
 static int core_qp_to_rts(struct ferry_qp *qp)
@@ -812,9 +815,13 @@ static int core_qp_to_rts(struct ferry_qp *qp)
 		.max_rd_atomic = 16,
 	};
 
-	return ferry_modify_qp(qp, &attr, FERRY_QP_STATE | FERRY_QP_SQ_PSN |
-			       FERRY_QP_TIMEOUT | FERRY_QP_RETRY_CNT |
-			       FERRY_QP_RNR_RETRY | FERRY_QP_MAX_QP_RD_ATOMIC);
+	int mask = FERRY_QP_STATE | FERRY_QP_SQ_PSN;
+
+	/* Nor retries nor reads on UC. */
+	if (qp->qp_type == FERRY_QPT_RC)
+		mask |= FERRY_QP_TIMEOUT | FERRY_QP_RETRY_CNT | FERRY_QP_RNR_RETRY |
+			FERRY_QP_MAX_QP_RD_ATOMIC;
+	return ferry_modify_qp(qp, &attr, mask);
 }
 
 /**

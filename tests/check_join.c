@@ -286,6 +286,25 @@ START_TEST(test_join_uc_masks)
 }
 END_TEST
 
+/* UC through the exchange too: ferry_qp_connect_sock takes UC's masks. */
+START_TEST(test_join_uc_exchange)
+{
+	struct tu_end a, b;
+	struct jt_addr ba;
+
+	jt_end_open(&a, FERRY_QPT_UC);
+	jt_end_open(&b, FERRY_QPT_UC);
+	tu_pair_connect(&a, &b, FERRY_ACCESS_REMOTE_WRITE);
+	jt_send_ok(&a, &b, 100, 14);
+	jt_addr_of(&b, 0, &ba);
+	tu_fill(a.buf + 4096, 64, 15);
+	jt_rdma_ok(&a, &ba, FERRY_WR_RDMA_WRITE, 64);
+	ck_assert(tu_check(b.buf + 16384, 64, 15));
+	tu_end_close(&a);
+	tu_end_close(&b);
+}
+END_TEST
+
 /* A send that waits for nobody: RETRY_EXC_ERR, then ERR, bounded. */
 static void jt_expect_retry_exc(struct tu_end *e)
 {
@@ -569,7 +588,7 @@ START_TEST(test_join_dead_peer)
 }
 END_TEST
 
-/* The peer process goes before it joins: the first send finds nobody. */
+/* The peer process is killed before it joins: the first send finds nobody. */
 START_TEST(test_join_peer_gone_before)
 {
 	struct tu_end e;
@@ -594,10 +613,12 @@ START_TEST(test_join_peer_gone_before)
 		gone.lid = port.lid;
 		gone.qpn = c.qp->qp_num;
 		TU_CHILD_CHECK(tu_msg_send(sv[1], &gone, sizeof(gone)) == 0);
+		pause();
 		_exit(0);
 	}
 	ck_assert_int_eq(tu_msg_recv(sv[0], &gone, sizeof(gone), TU_WAIT_MS), 0);
-	ck_assert_int_eq(tu_wait_child(pid, TU_WAIT_MS), 0);
+	kill(pid, SIGKILL);	/* gone, LID and all, before it joined */
+	ck_assert_int_ne(tu_wait_child(pid, TU_WAIT_MS), 0);
 	close(sv[0]);
 	close(sv[1]);
 	ck_assert_int_eq(jt_join(e.qp, 5, &gone, false), 0);
@@ -779,6 +800,7 @@ Suite *join_suite(void)
 	tcase_add_test(tc, test_join_rc_gid);
 	tcase_add_test(tc, test_join_uc);
 	tcase_add_test(tc, test_join_uc_masks);
+	tcase_add_test(tc, test_join_uc_exchange);
 	tcase_add_test(tc, test_join_wrong_qpn);
 	tcase_add_test(tc, test_join_unreachable_gid);
 	tcase_add_test(tc, test_join_wrong_psn);
