@@ -298,6 +298,22 @@ static void shm_join_on_answer(struct shm_join *j, uint64_t now)
 	shm_join_exchange(j, m.rq_psn, now);
 }
 
+/*
+ * The peer may have finished its half first and delivered already, and
+ * woken our application, whose poll found no connection yet, and which
+ * sleeps again on its armed CQ: fire it, so that it polls once more (a
+ * CQ event with nothing in it is one a verbs program is ready for).
+ * sq_lock held.
+ */
+static void shm_join_wake_recv(struct shm_qp *qp)
+{
+	struct shm_cq *rcq = to_scq(qp->qp.recv_cq);
+
+	ferry_lock(&rcq->lock);
+	shm_cq_signal_local(rcq, true);
+	ferry_unlock(&rcq->lock);
+}
+
 /* The exchange moved on: joined, failed, or more to come. */
 static void shm_join_on_exchange(struct shm_join *j, uint64_t now)
 {
@@ -319,6 +335,7 @@ static void shm_join_on_exchange(struct shm_join *j, uint64_t now)
 		j->state = SHM_J_DONE;
 		j->send_deadline_ns = 0;
 		ferry_debug("QP %u: joined QP %u at LID %u", j->qpn, j->peer_qpn, j->peer_lid);
+		shm_join_wake_recv(qp);
 		if (qp->qp.state == FERRY_QPS_RTS)
 			shm_sq_progress(qp);	/* what waited runs (or the PSN fails) */
 	}
