@@ -539,24 +539,37 @@ int ferry_poll_cq(struct ferry_cq *cq, int num_entries, struct ferry_wc *wc)
 
 /* --- queue pairs --- */
 
+/*
+ * Does @provider make QPs of @type?  RC everywhere; others where the
+ * provider lists them (qp_types).
+ */
+static bool core_qp_type_ok(const struct ferry_provider *provider, enum ferry_qp_type type)
+{
+	if (type == FERRY_QPT_RC)
+		return true;
+	return (unsigned int)type < 32 && (provider->qp_types & (1u << type));
+}
+
 /**
- * ferry_create_qp - create an RC QP on @pd.
+ * ferry_create_qp - create an RC or UC QP on @pd.
  *
  * EINVAL for a missing @pd, @init_attr or CQ, a CQ of another context, or a
- * QP type other than FERRY_QPT_RC.  EOPNOTSUPP when @init_attr->srq is set:
- * the request is well-formed, ferry just has no shared receive queues yet.
+ * QP type ferry does not know.  EOPNOTSUPP when @init_attr->srq is set
+ * (ferry has no shared receive queues yet), or for a UC QP on a transport
+ * without them (tcp: iWARP has RC only): the request is well-formed.
  */
 struct ferry_qp *ferry_create_qp(struct ferry_pd *pd,
 				 struct ferry_qp_init_attr *init_attr)
 {
-	if (!pd || !init_attr || init_attr->qp_type != FERRY_QPT_RC ||
+	if (!pd || !init_attr ||
+	    (init_attr->qp_type != FERRY_QPT_RC && init_attr->qp_type != FERRY_QPT_UC) ||
 	    !init_attr->send_cq || !init_attr->recv_cq ||
 	    init_attr->send_cq->context != pd->context ||
 	    init_attr->recv_cq->context != pd->context) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (init_attr->srq) {
+	if (init_attr->srq || !core_qp_type_ok(pd->context->provider, init_attr->qp_type)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -629,11 +642,23 @@ static bool core_sge_list_ok(const struct ferry_sge *sg_list, int num_sge)
 	return num_sge >= 0 && (sg_list || num_sge == 0);
 }
 
+/*
+ * May a QP of @type carry @opcode?  UC has no responder resources: READ
+ * and atomics are rejected at post time, as a device rejects the opcode.
+ */
+static bool core_opcode_ok(enum ferry_qp_type type, enum ferry_wr_opcode opcode)
+{
+	if (type == FERRY_QPT_UC)
+		return opcode <= FERRY_WR_SEND_WITH_IMM;
+	return (unsigned int)opcode <= FERRY_WR_ATOMIC_FETCH_AND_ADD;
+}
+
 /* The first malformed WR of @wr, or NULL when all are well-formed. */
-static struct ferry_send_wr *core_bad_send_wr(struct ferry_send_wr *wr)
+static struct ferry_send_wr *core_bad_send_wr(const struct ferry_qp *qp,
+					      struct ferry_send_wr *wr)
 {
 	for (; wr; wr = wr->next) {
-		if ((unsigned int)wr->opcode > FERRY_WR_ATOMIC_FETCH_AND_ADD ||
+		if (!core_opcode_ok(qp->qp_type, wr->opcode) ||
 		    (wr->send_flags & ~(unsigned int)CORE_SEND_FLAGS_ALL) ||
 		    !core_sge_list_ok(wr->sg_list, wr->num_sge))
 			return wr;
@@ -645,7 +670,7 @@ static struct ferry_send_wr *core_bad_send_wr(struct ferry_send_wr *wr)
  * ferry_post_send - post the chain @wr on @qp's send queue.
  *
  * A malformed WR anywhere in the chain (unknown opcode or flag, bad SGE
- * list) rejects the whole chain before anything is posted: *@bad_wr_p is
+ * list, an opcode the QP's type lacks: READ or an atomic on UC) rejects the whole chain before anything is posted: *@bad_wr_p is
  * then @wr, the first WR not posted, and errno is EINVAL.
  */
 int ferry_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr,
@@ -661,7 +686,7 @@ int ferry_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr,
 	}
 	if (!wr)
 		return 0;
-	bad = core_bad_send_wr(wr);
+	bad = core_bad_send_wr(qp, wr);
 	if (bad) {
 		ferry_debug("post_send: malformed WR %#llx (opcode %d, flags %#x, num_sge %d)",
 			    (unsigned long long)bad->wr_id, (int)bad->opcode,
@@ -770,10 +795,13 @@ static int core_qp_to_rtr(struct ferry_qp *qp, uint32_t peer_qp_num)
 		.ah_attr = { .port_num = 1 },
 	};
 
-	return ferry_modify_qp(qp, &attr, FERRY_QP_STATE | FERRY_QP_AV |
-			       FERRY_QP_PATH_MTU | FERRY_QP_DEST_QPN |
-			       FERRY_QP_RQ_PSN | FERRY_QP_MAX_DEST_RD_ATOMIC |
-			       FERRY_QP_MIN_RNR_TIMER);
+	int mask = FERRY_QP_STATE | FERRY_QP_AV | FERRY_QP_PATH_MTU | FERRY_QP_DEST_QPN |
+		   FERRY_QP_RQ_PSN;
+
+	/* UC has no responder resources or RNR timer to set. */
+	if (qp->qp_type == FERRY_QPT_RC)
+		mask |= FERRY_QP_MAX_DEST_RD_ATOMIC | FERRY_QP_MIN_RNR_TIMER;
+	return ferry_modify_qp(qp, &attr, mask);
 }
 
 static int core_qp_to_rts(struct ferry_qp *qp)
@@ -787,9 +815,13 @@ static int core_qp_to_rts(struct ferry_qp *qp)
 		.max_rd_atomic = 16,
 	};
 
-	return ferry_modify_qp(qp, &attr, FERRY_QP_STATE | FERRY_QP_SQ_PSN |
-			       FERRY_QP_TIMEOUT | FERRY_QP_RETRY_CNT |
-			       FERRY_QP_RNR_RETRY | FERRY_QP_MAX_QP_RD_ATOMIC);
+	int mask = FERRY_QP_STATE | FERRY_QP_SQ_PSN;
+
+	/* Nor retries nor reads on UC. */
+	if (qp->qp_type == FERRY_QPT_RC)
+		mask |= FERRY_QP_TIMEOUT | FERRY_QP_RETRY_CNT | FERRY_QP_RNR_RETRY |
+			FERRY_QP_MAX_QP_RD_ATOMIC;
+	return ferry_modify_qp(qp, &attr, mask);
 }
 
 /**

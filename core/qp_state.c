@@ -1,5 +1,5 @@
 /*
- * qp_state.c - the state machine of an RC queue pair, as ibverbs has it.
+ * qp_state.c - the state machine of an RC or UC queue pair, as ibverbs has it.
  *
  * The table says, for every legal (current, next) pair, which attribute-mask
  * bits a modify must carry and which it may carry; it is the IB_QPT_RC column
@@ -112,6 +112,56 @@ static const struct qp_transition rc_transitions[QPS_COUNT][QPS_COUNT] = {
 	},
 };
 
+/*
+ * uc_transitions[cur][next]: the kernel's IB_QPT_UC column.  UC has no
+ * responder resources, acknowledgements or RNR NAKs, so RTR and RTS take
+ * none of the attributes that tune them (MAX_DEST_RD_ATOMIC,
+ * MIN_RNR_TIMER, TIMEOUT, RETRY_CNT, RNR_RETRY, MAX_QP_RD_ATOMIC), and a
+ * UC send queue may fail into SQE and come back (SQE -> RTS).
+ */
+static const struct qp_transition uc_transitions[QPS_COUNT][QPS_COUNT] = {
+	[FERRY_QPS_RESET] = {
+		[FERRY_QPS_RESET] = BARE,
+		[FERRY_QPS_INIT]  = LEGAL(S_PKEY | S_PORT | S_ACCESS, 0),
+		[FERRY_QPS_ERR]   = BARE,
+	},
+	[FERRY_QPS_INIT] = {
+		[FERRY_QPS_RESET] = BARE,
+		[FERRY_QPS_INIT]  = LEGAL(0, S_PKEY | S_PORT | S_ACCESS),
+		[FERRY_QPS_RTR]   = LEGAL(S_AV | S_MTU | S_DEST_QPN | S_RQ_PSN,
+					  S_ALT_PATH | S_ACCESS | S_PKEY),
+		[FERRY_QPS_ERR]   = BARE,
+	},
+	[FERRY_QPS_RTR] = {
+		[FERRY_QPS_RESET] = BARE,
+		[FERRY_QPS_RTS]   = LEGAL(S_SQ_PSN,
+					  S_CUR | S_ALT_PATH | S_ACCESS | S_MIG_STATE),
+		[FERRY_QPS_ERR]   = BARE,
+	},
+	[FERRY_QPS_RTS] = {
+		[FERRY_QPS_RESET] = BARE,
+		[FERRY_QPS_RTS]   = LEGAL(0, S_CUR | S_ACCESS | S_ALT_PATH | S_MIG_STATE),
+		[FERRY_QPS_SQD]   = LEGAL(0, S_SQD_NOTIFY),
+		[FERRY_QPS_ERR]   = BARE,
+	},
+	[FERRY_QPS_SQD] = {
+		[FERRY_QPS_RESET] = BARE,
+		[FERRY_QPS_RTS]   = LEGAL(0, S_CUR | S_ALT_PATH | S_ACCESS | S_MIG_STATE),
+		[FERRY_QPS_SQD]   = LEGAL(0, S_PKEY | S_AV | S_ALT_PATH | S_ACCESS |
+					     S_MIG_STATE),
+		[FERRY_QPS_ERR]   = BARE,
+	},
+	[FERRY_QPS_SQE] = {
+		[FERRY_QPS_RESET] = BARE,
+		[FERRY_QPS_RTS]   = LEGAL(0, S_CUR | S_ACCESS),
+		[FERRY_QPS_ERR]   = BARE,
+	},
+	[FERRY_QPS_ERR] = {
+		[FERRY_QPS_RESET] = BARE,
+		[FERRY_QPS_ERR]   = BARE,
+	},
+};
+
 static bool qp_state_valid(enum ferry_qp_state state)
 {
 	return (unsigned int)state < QPS_COUNT;
@@ -130,6 +180,13 @@ static bool qp_state_valid(enum ferry_qp_state state)
 bool ferry_qp_transition_ok(enum ferry_qp_state cur, enum ferry_qp_state next,
 			    int mask)
 {
+	return ferry_qp_type_transition_ok(FERRY_QPT_RC, cur, next, mask);
+}
+
+/* ferry_qp_transition_ok for a QP of @type: false for a type not known. */
+bool ferry_qp_type_transition_ok(enum ferry_qp_type type, enum ferry_qp_state cur,
+				 enum ferry_qp_state next, int mask)
+{
 	const struct qp_transition *t;
 	unsigned int bits = (unsigned int)mask;
 
@@ -137,8 +194,12 @@ bool ferry_qp_transition_ok(enum ferry_qp_state cur, enum ferry_qp_state next,
 		return false;
 	if (next != cur && !(bits & FERRY_QP_STATE))
 		return false;
-
-	t = &rc_transitions[cur][next];
+	if (type == FERRY_QPT_RC)
+		t = &rc_transitions[cur][next];
+	else if (type == FERRY_QPT_UC)
+		t = &uc_transitions[cur][next];
+	else
+		return false;
 	if (!t->legal)
 		return false;
 	if ((bits & (unsigned int)t->required) != (unsigned int)t->required)

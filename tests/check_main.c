@@ -51,6 +51,7 @@ int main(void)
 	srunner_add_suite(runner, tcp_suite());
 	srunner_add_suite(runner, util_suite());
 	srunner_add_suite(runner, transport_suite());
+	srunner_add_suite(runner, join_suite());
 
 	srunner_set_fork_status(runner, CK_FORK);
 	srunner_run_all(runner, CK_NORMAL);

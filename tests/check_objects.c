@@ -413,7 +413,7 @@ START_TEST(test_qp_create_errors)
 	ck_assert_int_eq(errno, EINVAL);
 
 	objects_init_attr(&init, cq);
-	init.qp_type = (enum ferry_qp_type)3;	/* UC in ibverbs */
+	init.qp_type = (enum ferry_qp_type)8;	/* RAW_PACKET in ibverbs */
 	errno = 0;
 	ck_assert_ptr_null(ferry_create_qp(pd, &init));
 	ck_assert_msg(errno == EINVAL || errno == EOPNOTSUPP || errno == ENOTSUP,

@@ -40,5 +40,6 @@ Suite *tcp_wire_ddp_suite(void);
 Suite *tcp_suite(void);
 Suite *util_suite(void);
 Suite *transport_suite(void);
+Suite *join_suite(void);
 
 #endif /* FERRY_CHECK_SUITES_H */

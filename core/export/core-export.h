@@ -107,6 +107,8 @@ struct ferry_cq_sleep;
 
 struct ferry_provider {
 	const char *name;	/* "shm", "verbs" */
+	/* QP types besides RC it makes: bit (1 << FERRY_QPT_UC) ...  */
+	unsigned int qp_types;
 
 	/* Append up to @max devices to @devs; return how many, or -1. */
 	int (*get_devices)(struct ferry_device **devs, int max);
@@ -226,6 +228,9 @@ static inline enum ferry_wc_opcode ferry_wc_opcode_of(enum ferry_wr_opcode op)
  */
 bool ferry_qp_transition_ok(enum ferry_qp_state cur, enum ferry_qp_state next,
 			    int mask);
+/* The same for a QP of @type (RC or UC: the kernel's columns of each). */
+bool ferry_qp_type_transition_ok(enum ferry_qp_type type, enum ferry_qp_state cur,
+				 enum ferry_qp_state next, int mask);
 
 /*
  * ferry_qp_next_state - the target state of a modify: attr->qp_state when

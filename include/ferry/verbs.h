@@ -124,7 +124,9 @@ struct ferry_wc {
 };
 
 enum ferry_qp_type {
-	FERRY_QPT_RC = 2,	/* the only type ferry supports */
+	FERRY_QPT_RC = 2,	/* reliable connection: every transport */
+	FERRY_QPT_UC = 3,	/* unreliable connection: shm and verbs (no READ,
+				 * no atomics, no acknowledgements) */
 };
 
 enum ferry_qp_state {

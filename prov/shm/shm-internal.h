@@ -640,6 +640,13 @@ struct shm_qp {
 	struct shm_conn *conn;
 	struct shm_conn *xconn;		/* exchange begun (HELLO sent), not ended */
 
+	/* Joined out of band (RTR with dest_qp_num and an address vector,
+	 * no exchange before): the rendezvous under way or done, shm_join.c.
+	 * join_wait: sends do not run straight from post_send but ask
+	 * shm_join_sq_hold first (no peer yet, or a PSN still to check). */
+	struct shm_join *join;
+	bool join_wait;
+
 	struct shm_qp *pd_next;		/* in shm_pd.qps */
 	struct shm_qp *rnr_next;	/* in the monitor's RNR list */
 	bool in_rnr_list;
@@ -797,6 +804,39 @@ void shm_region_release(struct shm_qp *qp, struct shm_conn *conn);
 ssize_t shm_peer_rw(struct shm_conn *conn, bool write, const struct iovec *iov, int n,
 		    uint64_t addr);
 
+/*
+ * May @qp run the exchange?  In INIT (ferry_qp_exchange, the CM); or,
+ * joined out of band, in RTR or RTS: the join thread runs it when the
+ * peer turns up, after the application's modify_qp (shm_join.c).
+ */
+static inline bool shm_qp_may_exchange(const struct shm_qp *qp)
+{
+	enum ferry_qp_state s = qp->qp.state;
+
+	return s == FERRY_QPS_INIT ||
+	       (qp->join && (s == FERRY_QPS_RTR || s == FERRY_QPS_RTS));
+}
+
+/* shm_join.c: QPs joined out of band, the ibverbs way */
+/*
+ * shm_join_prepare - @qp goes to RTR towards (@peer_lid, @peer_qpn) with no
+ * exchange behind it, expecting @rq_psn: make its join (qp->join,
+ * join_wait); @peer_lid 0: nobody reachable.  sq_lock held.
+ * 0, or -1 + errno.  shm_join_register, once sq_lock is let go: hand it
+ * to the join thread (started if need be), which finds the peer.
+ */
+int shm_join_prepare(struct shm_qp *qp, uint16_t peer_lid, uint32_t peer_qpn, uint32_t rq_psn);
+void shm_join_register(struct shm_qp *qp);
+/* Stop and free @qp's join, if any; no QP lock held (may wait for the thread). */
+void shm_join_forget(struct shm_qp *qp);
+/*
+ * shm_join_sq_hold - may the send queue of a joined @qp run?  false: yes.
+ * true: not now -- no peer yet (the thread retries, then fails the head
+ * WR with RETRY_EXC_ERR on RC, drops the WRs on UC), or the PSN did not
+ * match (RC: retry exceeded at once).  sq_lock held, QP in RTS.
+ */
+bool shm_join_sq_hold(struct shm_qp *qp);
+
 /* shm_qp.c: QP objects and the state machine */
 struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *attr);
 int shm_modify_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr, int mask);
@@ -807,6 +847,12 @@ int shm_query_pkey(struct ferry_context *ctx, uint8_t port, int index, uint16_t 
 struct sockaddr_un;
 /* The abstract name that LID @lid's holder binds (for tests, and the join). */
 socklen_t shm_port_lid_name(uint16_t lid, struct sockaddr_un *un);
+/* The process's LID (claimed if need be); 0 or -1 + errno. */
+int shm_port_self_lid(uint16_t *lid_p, uint32_t *netns_p);
+/* The LID's socket, listening (non-blocking), the port's to close; -1 + errno. */
+int shm_port_listener(uint16_t *lid_p);
+/* The LID a GID of ours names; -1 + EHOSTUNREACH for any other GID. */
+int shm_port_gid_lid(const union ferry_gid *gid, uint16_t *lid_p);
 int shm_query_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr,
 		 struct ferry_qp_init_attr *init_attr);
 int shm_destroy_qp(struct ferry_qp *qp);

@@ -30,6 +30,7 @@ static int shm_qp_exchange_step_op(struct ferry_qp *qp, uint32_t *peer_qpn)
 
 const struct ferry_provider ferry_shm_provider = {
 	.name = "shm",
+	.qp_types = 1u << FERRY_QPT_UC,
 	.get_devices = shm_get_devices,
 	.open_device = shm_open_device,
 	.close_device = shm_close_device,

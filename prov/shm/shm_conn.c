@@ -600,7 +600,7 @@ static int shm_qp_exchange_start(struct ferry_qp *fqp, int sock, bool share)
 		goto err_free;
 
 	ferry_lock(&qp->sq_lock);
-	if (qp->qp.state != FERRY_QPS_INIT || qp->conn || qp->xconn) {
+	if (!shm_qp_may_exchange(qp) || qp->conn || qp->xconn) {
 		ferry_unlock(&qp->sq_lock);
 		errno = qp->conn || qp->xconn ? EISCONN : EINVAL;
 		goto err_free;
@@ -676,7 +676,7 @@ int shm_qp_exchange_step(struct ferry_qp *fqp, uint32_t *peer_qpn_p)
 		ferry_unlock(&qp->sq_lock);
 		return ERR(EINVAL);
 	}
-	if (qp->qp.state != FERRY_QPS_INIT)
+	if (!shm_qp_may_exchange(qp))
 		errno = EINVAL;
 	else if (shm_exchange_advance(qp, conn) == 0)
 		goto complete;

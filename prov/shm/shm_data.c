@@ -792,6 +792,25 @@ void shm_sq_settle_rnr(struct shm_qp *qp)
 	ferry_unlock(&qp->sq_lock);
 }
 
+/*
+ * What a UC sender learns of @st: nothing of the far side.  No receive
+ * posted, a bad rkey, a peer gone or in error: the message is dropped
+ * there and the send completes here.  Local errors stay errors.
+ */
+static int shm_uc_verdict(int st)
+{
+	switch (st) {
+	case SHM_EXEC_RNR:
+	case FERRY_WC_RETRY_EXC_ERR:
+	case FERRY_WC_REM_ACCESS_ERR:
+	case FERRY_WC_REM_INV_REQ_ERR:
+	case FERRY_WC_REM_OP_ERR:
+		return FERRY_WC_SUCCESS;
+	default:
+		return st;
+	}
+}
+
 /* Execute what the SQ holds, in order; sq_lock held. */
 void shm_sq_progress(struct shm_qp *qp)
 {
@@ -803,10 +822,15 @@ void shm_sq_progress(struct shm_qp *qp)
 	}
 	if (qp->qp.state != FERRY_QPS_RTS)
 		return;		/* SQD: hold new work */
+	if (unlikely(qp->join_wait) && shm_join_sq_hold(qp))
+		return;		/* joined out of band: no peer yet */
 	while (qp->sq_exec < qp->sq_head) {
 		struct shm_swqe *s = shm_sq_slot(qp, qp->sq_exec);
 		uint64_t total = 0;
 		int st = shm_execute(qp, s, shm_swqe_sge(s), &total);
+
+		if (unlikely(qp->qp.qp_type == FERRY_QPT_UC))
+			st = shm_uc_verdict(st);
 
 		if (st == SHM_EXEC_WAIT) {
 			shm_sq_wait_room(qp);
@@ -901,6 +925,8 @@ static int shm_sq_run_now(struct shm_qp *qp, const struct ferry_send_wr *wr,
 	shm_swqe_fill(&s, wr);
 	s.flags |= flags;
 	st = shm_execute(qp, &s, wr->sg_list, &total);
+	if (unlikely(qp->qp.qp_type == FERRY_QPT_UC))
+		st = shm_uc_verdict(st);
 	if (st == SHM_EXEC_RNR || st == SHM_EXEC_WAIT)
 		return SHM_EXEC_RNR;	/* queued, and taken up from where it is */
 	qp->sq_head++;
@@ -912,6 +938,7 @@ static int shm_sq_run_now(struct shm_qp *qp, const struct ferry_send_wr *wr,
 static inline bool shm_sq_idle(struct shm_qp *qp)
 {
 	return qp->qp.state == FERRY_QPS_RTS && qp->sq_exec == qp->sq_head &&
+	       likely(!qp->join_wait) &&
 	       !atomic_load_explicit(&qp->async_error, memory_order_relaxed);
 }
 

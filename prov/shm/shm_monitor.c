@@ -293,7 +293,9 @@ static void shm_monitor_hangup(struct shm_qp *qp)
 		 * even RTS (a server that answers and closes at once): as on a
 		 * device, RTR and RTS are ours to reach, and the error comes
 		 * with RTS (shm_modify_qp), after what the peer sent. */
-		if (state == FERRY_QPS_INIT || state == FERRY_QPS_RTR)
+		if (qp->qp.qp_type == FERRY_QPT_UC)
+			;	/* unacknowledged: a lost peer just stops (shm_data.c) */
+		else if (state == FERRY_QPS_INIT || state == FERRY_QPS_RTR)
 			qp->hangup_pending = true;
 		else
 			shm_qp_set_error(qp, "peer hung up");

@@ -18,11 +18,15 @@
  *   bytes 14-15  the LID (big-endian)
  *
  * The bound socket is also where the out-of-band join (a QP moved to RTR
- * with dest_qp_num and an address vector) will find its peer: by the
- * LID's name, asking for the QP number.  Anyone on the host may bind an
- * abstract name, so a name proves nothing about who holds it: the first
- * free number is taken (a squatter only moves us on), and whoever
- * connects to a LID must check the peer it finds (SO_PEERCRED).
+ * with dest_qp_num and an address vector, shm_join.c) finds its peer: at
+ * the first join it listens, and a peer dials the LID's name asking for
+ * a QP number.  Anyone on the host may bind an abstract name, so a name
+ * proves nothing about who holds it until it is held: the first free
+ * number is taken (a squatter only moves us on), and from then on the
+ * name is ours for the life of the process.  Whoever says it holds a
+ * LID is checked the other way round: the process listening on that
+ * LID's name (SO_PEERCRED of a connection to it) must be the one talking
+ * (shm_join_msg.c).
  *
  * A child of fork inherits the parent's socket, but not its address: its
  * first query claims a LID of its own (claims are per ferry_pid()).
@@ -32,6 +36,7 @@
 #endif
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +49,7 @@
 
 #define SHM_LID_MAX	0xbfff	/* InfiniBand's last unicast LID */
 #define SHM_PKEY_DEFAULT 0xffff	/* the default partition, full member */
+#define SHM_PORT_BACKLOG 64	/* joins waiting for the join thread's accept */
 
 /* The process's claim: its socket, and what it stands for. */
 static struct {
@@ -51,6 +57,7 @@ static struct {
 	int fd;
 	uint16_t lid;
 	uint32_t netns;		/* inode of the network namespace it was bound in */
+	bool listening;		/* listen() called: joins dial it (shm_join.c) */
 } shm_port_self;
 static pthread_mutex_t shm_port_lock = PTHREAD_MUTEX_INITIALIZER;
 FERRY_FORK_SAFE(shm_port, shm_port_lock)
@@ -126,6 +133,7 @@ static int shm_port_claim(uint16_t *lid_p, uint32_t *netns_p)
 		goto out;
 	}
 	shm_port_self.fd = ferry_fd_park(fd);
+	shm_port_self.listening = false;
 	shm_port_self.lid = lid;
 	shm_port_self.netns = shm_port_netns();
 	shm_port_self.pid = pid;
@@ -193,5 +201,59 @@ int shm_query_pkey(struct ferry_context *ctx, uint8_t port, int index, uint16_t 
 	if (port != 1 || index != 0)
 		return ERR(EINVAL);
 	*pkey = htons(SHM_PKEY_DEFAULT);
+	return 0;
+}
+
+int shm_port_self_lid(uint16_t *lid_p, uint32_t *netns_p)
+{
+	return shm_port_claim(lid_p, netns_p);
+}
+
+/*
+ * The LID's socket made a listener (once; non-blocking): the process's
+ * door for joins.  Its descriptor stays the port's: the caller polls and
+ * accepts on it but never closes it.
+ */
+int shm_port_listener(uint16_t *lid_p)
+{
+	uint32_t netns;
+	int fd = -1;
+
+	if (shm_port_claim(lid_p, &netns) < 0)
+		return -1;
+	pthread_mutex_lock(&shm_port_lock);
+	if (!shm_port_self.listening) {
+		if (fcntl(shm_port_self.fd, F_SETFL, O_NONBLOCK) < 0 ||
+		    listen(shm_port_self.fd, SHM_PORT_BACKLOG) < 0) {
+			ferry_warn("shm: cannot listen on LID %u: %m", shm_port_self.lid);
+			goto out;
+		}
+		shm_port_self.listening = true;
+	}
+	fd = shm_port_self.fd;
+out:
+	pthread_mutex_unlock(&shm_port_lock);
+	return fd;
+}
+
+/*
+ * The LID an shm GID names, or -1 (EHOSTUNREACH) for any other GID: not
+ * ferry's prefix, or another network namespace (whose LIDs we cannot
+ * reach).
+ */
+int shm_port_gid_lid(const union ferry_gid *gid, uint16_t *lid_p)
+{
+	union ferry_gid mine;
+	uint16_t lid;
+
+	if (shm_query_gid(NULL, 1, 0, &mine) < 0)
+		return -1;
+	/* Everything but the LID (bytes 14-15) must be ours. */
+	if (memcmp(gid->raw, mine.raw, 14) != 0)
+		return ERR(EHOSTUNREACH);
+	lid = (uint16_t)(gid->raw[14] << 8 | gid->raw[15]);
+	if (lid == 0 || lid > SHM_LID_MAX)
+		return ERR(EHOSTUNREACH);
+	*lid_p = lid;
 	return 0;
 }

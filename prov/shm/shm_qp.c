@@ -126,7 +126,7 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 	qp->qp.recv_cq = attr->recv_cq;
 	qp->qp.handle = qp->qp.qp_num;
 	qp->qp.state = FERRY_QPS_RESET;
-	qp->qp.qp_type = FERRY_QPT_RC;
+	qp->qp.qp_type = attr->qp_type;
 
 	ferry_lock(&to_scq(attr->send_cq)->lock);
 	to_scq(attr->send_cq)->nqps++;
@@ -223,19 +223,42 @@ static void shm_qp_apply_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, 
 	}
 }
 
-/* Check attribute values the state machine table cannot. */
-static int shm_qp_check_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, int mask,
-			     enum ferry_qp_state next)
+/*
+ * The LID an address vector names: its GID's when global (one of ours:
+ * shm_port.c), else its dlid.  0 when it names nobody we can reach: the
+ * modify succeeds, and sends find no peer, as on a device.
+ */
+static uint16_t shm_qp_av_lid(const struct ferry_ah_attr *ah)
 {
+	uint16_t lid;
+
+	if (ah->is_global)
+		return shm_port_gid_lid(&ah->grh.dgid, &lid) == 0 ? lid : 0;
+	return ah->dlid <= 0xbfff ? ah->dlid : 0;
+}
+
+/*
+ * Check attribute values the state machine table cannot.  *@join_p: RTR
+ * with no exchange behind it, to be joined out of band (shm_join.c).
+ */
+static int shm_qp_check_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, int mask,
+			     enum ferry_qp_state next, bool *join_p)
+{
+	*join_p = false;
 	if ((mask & FERRY_QP_PORT) && a->port_num != 1)
 		return EINVAL;
 	if ((mask & FERRY_QP_CAP) && !shm_cap_ok(&a->cap))
 		return EINVAL;
 	if (next == FERRY_QPS_RTR && qp->qp.state == FERRY_QPS_INIT) {
-		if (!qp->conn) {
-			ferry_info("QP %u: RTR needs a peer: call ferry_qp_exchange first",
-				   qp->qp.qp_num);
+		if (a->dest_qp_num > 0xffffff)
+			return EINVAL;
+		if (!qp->conn && qp->xconn) {
+			ferry_info("QP %u: RTR before its exchange is over", qp->qp.qp_num);
 			return ENOTCONN;
+		}
+		if (!qp->conn) {
+			*join_p = true;
+			return 0;
 		}
 		if (a->dest_qp_num != qp->conn->peer_qpn) {
 			ferry_info("QP %u: dest_qp_num %u, but the peer is QP %u",
@@ -283,18 +306,25 @@ int shm_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 {
 	struct shm_qp *qp = to_sqp(fqp);
 	enum ferry_qp_state cur, next;
+	bool join = false;
 	int err;
 
-	if ((mask & FERRY_QP_STATE) && attr->qp_state == FERRY_QPS_RESET)
+	if ((mask & FERRY_QP_STATE) && attr->qp_state == FERRY_QPS_RESET) {
 		shm_monitor_forget(qp);	/* may wait for the monitor: no lock held */
+		shm_join_forget(qp);	/* and for the join thread */
+	}
 	ferry_lock(&qp->sq_lock);
 	cur = qp->qp.state;
 	if (!ferry_qp_next_state(cur, attr, mask, &next) ||
-	    !ferry_qp_transition_ok(cur, next, mask)) {
+	    !ferry_qp_type_transition_ok(qp->qp.qp_type, cur, next, mask)) {
 		ferry_unlock(&qp->sq_lock);
 		return ERR(EINVAL);
 	}
-	err = shm_qp_check_attr(qp, attr, mask, next);
+	err = shm_qp_check_attr(qp, attr, mask, next, &join);
+	if (!err && join &&
+	    shm_join_prepare(qp, shm_qp_av_lid(&attr->ah_attr), attr->dest_qp_num,
+			     attr->rq_psn) < 0)
+		err = errno;
 	if (err) {
 		ferry_unlock(&qp->sq_lock);
 		return ERR(err);
@@ -319,6 +349,8 @@ int shm_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 		}
 	}
 	ferry_unlock(&qp->sq_lock);
+	if (join)
+		shm_join_register(qp);	/* the thread finds the peer */
 	return 0;
 }
 
@@ -355,7 +387,7 @@ int shm_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
 	init->send_cq = fqp->send_cq;
 	init->recv_cq = fqp->recv_cq;
 	init->cap = qp->cap;
-	init->qp_type = FERRY_QPT_RC;
+	init->qp_type = fqp->qp_type;
 	init->sq_sig_all = qp->sq_sig_all;
 	return 0;
 }
@@ -366,6 +398,7 @@ int shm_destroy_qp(struct ferry_qp *fqp)
 	struct shm_cq *scq = to_scq(fqp->send_cq), *rcq = to_scq(fqp->recv_cq);
 
 	shm_monitor_forget(qp);
+	shm_join_forget(qp);
 	shm_pd_remove_qp(to_spd(fqp->pd), qp);
 	shm_cq_detach_recv(rcq, qp);
 	if (scq != rcq)

@@ -400,6 +400,7 @@ bool verbs_is_context(const struct ferry_context *ctx)
 
 const struct ferry_provider ferry_verbs_provider = {
 	.name = "verbs",
+	.qp_types = 1u << FERRY_QPT_UC,
 	.get_devices = verbs_get_devices,
 	.open_device = verbs_open_device,
 	.close_device = verbs_close_device,

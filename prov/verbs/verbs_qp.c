@@ -4,8 +4,11 @@
  * attribute translation, and wrapping QPs that librdmacm created.
  *
  * A QP moved to RTR with FERRY_QP_AV after ferry_qp_exchange gets its
- * address vector from the peer's exchanged LID / GID (verbs_exchange.c):
- * ferry_ah_attr has no GID, and RoCE cannot route without one.
+ * address vector from the peer's exchanged LID / GID (verbs_exchange.c),
+ * whatever the caller put in ah_attr.  Without an exchange before, the QP
+ * is joined out of band, as ibverbs programs do it: dest_qp_num, rq_psn,
+ * sq_psn and the caller's address vector go to the device as given (on
+ * iWARP, whose QPs only the CM connects, that is EOPNOTSUPP).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -20,7 +23,8 @@ _Static_assert((int)FERRY_QP_DEST_QPN == (int)IBV_QP_DEST_QPN && (int)FERRY_QP_A
 	       (int)FERRY_QP_CAP == (int)IBV_QP_CAP && (int)FERRY_QP_STATE == (int)IBV_QP_STATE,
 	       "QP attribute mask bits differ from ibverbs");
 _Static_assert((int)FERRY_QPS_ERR == (int)IBV_QPS_ERR && (int)FERRY_QPS_SQE == (int)IBV_QPS_SQE &&
-	       (int)FERRY_MTU_4096 == (int)IBV_MTU_4096 && (int)FERRY_QPT_RC == (int)IBV_QPT_RC,
+	       (int)FERRY_MTU_4096 == (int)IBV_MTU_4096 && (int)FERRY_QPT_RC == (int)IBV_QPT_RC &&
+	       (int)FERRY_QPT_UC == (int)IBV_QPT_UC,
 	       "QP states, MTUs or types differ from ibverbs");
 
 /* Every attribute bit ferry knows, for ibv_query_qp. */
@@ -40,7 +44,7 @@ void verbs_qp_init_attr_to_ibv(const struct ferry_qp_init_attr *in,
 	out->cap.max_send_sge = in->cap.max_send_sge;
 	out->cap.max_recv_sge = in->cap.max_recv_sge;
 	out->cap.max_inline_data = in->cap.max_inline_data;
-	out->qp_type = IBV_QPT_RC;
+	out->qp_type = in->qp_type == FERRY_QPT_UC ? IBV_QPT_UC : IBV_QPT_RC;
 	out->sq_sig_all = in->sq_sig_all;
 }
 
@@ -62,7 +66,7 @@ static struct verbs_qp *verbs_qp_new(struct ferry_pd *pd, struct ibv_qp *ibv,
 	qp->qp.handle = ibv->handle;
 	qp->qp.qp_num = ibv->qp_num;
 	qp->qp.state = FERRY_QPS_RESET;
-	qp->qp.qp_type = FERRY_QPT_RC;
+	qp->qp.qp_type = attr->qp_type == FERRY_QPT_UC ? FERRY_QPT_UC : FERRY_QPT_RC;
 	return qp;
 }
 
@@ -180,11 +184,13 @@ static int verbs_qp_check_attr(struct verbs_qp *qp, const struct ferry_qp_attr *
 {
 	if (next != FERRY_QPS_RTR || cur != FERRY_QPS_INIT || !(mask & FERRY_QP_AV))
 		return 0;
-	if (!qp->peer.known) {
-		ferry_info("QP %u: RTR needs the peer's address: call ferry_qp_exchange first",
+	if (!qp->peer.known && verbs_qp_on_iwarp(qp)) {
+		ferry_info("QP %u: an iWARP QP is connected by the CM, not joined out of band",
 			   qp->qp.qp_num);
-		return ENOTCONN;
+		return EOPNOTSUPP;
 	}
+	if (!qp->peer.known)
+		return 0;	/* out of band: the caller's address vector */
 	if ((mask & FERRY_QP_DEST_QPN) && a->dest_qp_num != qp->peer.qpn) {
 		ferry_info("QP %u: dest_qp_num %u, but the peer is QP %u",
 			   qp->qp.qp_num, a->dest_qp_num, qp->peer.qpn);
@@ -212,6 +218,24 @@ static void verbs_qp_peer_av(struct verbs_qp *qp, const struct ferry_ah_attr *us
 		av->grh.sgid_index = (uint8_t)qp->peer.sgid_index;
 		av->grh.hop_limit = VERBS_HOP_LIMIT;
 	}
+}
+
+/* An address vector as the caller gave it (joined out of band). */
+static void verbs_ah_to_ibv(struct ibv_ah_attr *out, const struct ferry_ah_attr *in,
+			    uint8_t default_port)
+{
+	memset(out, 0, sizeof(*out));
+	memcpy(&out->grh.dgid, &in->grh.dgid, sizeof(out->grh.dgid));
+	out->grh.flow_label = in->grh.flow_label;
+	out->grh.sgid_index = in->grh.sgid_index;
+	out->grh.hop_limit = in->grh.hop_limit;
+	out->grh.traffic_class = in->grh.traffic_class;
+	out->dlid = in->dlid;
+	out->sl = in->sl;
+	out->src_path_bits = in->src_path_bits;
+	out->static_rate = in->static_rate;
+	out->is_global = in->is_global;
+	out->port_num = in->port_num ? in->port_num : default_port;
 }
 
 /* The path MTU both ports can carry: never above either's active MTU. */
@@ -255,8 +279,10 @@ static void verbs_qp_attr_to_ibv(struct verbs_qp *qp, const struct ferry_qp_attr
 	out->timeout = a->timeout;
 	out->retry_cnt = a->retry_cnt;
 	out->rnr_retry = a->rnr_retry;
-	if (mask & FERRY_QP_AV)
+	if ((mask & FERRY_QP_AV) && qp->peer.known)
 		verbs_qp_peer_av(qp, &a->ah_attr, &out->ah_attr);
+	else if (mask & FERRY_QP_AV)
+		verbs_ah_to_ibv(&out->ah_attr, &a->ah_attr, to_vctx(qp->qp.context)->vdev->port);
 }
 
 int verbs_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
@@ -269,7 +295,7 @@ int verbs_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 	pthread_mutex_lock(&qp->lock);
 	cur = verbs_qp_device_state(qp);
 	if (!ferry_qp_next_state(cur, attr, mask, &next) ||
-	    !ferry_qp_transition_ok(cur, next, mask)) {
+	    !ferry_qp_type_transition_ok(fqp->qp_type, cur, next, mask)) {
 		err = EINVAL;
 		goto out_unlock;
 	}
@@ -361,7 +387,7 @@ int verbs_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
 	init->send_cq = fqp->send_cq;
 	init->recv_cq = fqp->recv_cq;
 	verbs_cap_from_ibv(&init->cap, &ii.cap);
-	init->qp_type = FERRY_QPT_RC;
+	init->qp_type = fqp->qp_type;
 	init->sq_sig_all = ii.sq_sig_all;
 	return 0;
 }

@@ -4,14 +4,15 @@
 # tests/rxe/Makefile.inc: make check-rxe, make check-siw).
 #
 #   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm sock interop
-#                                          rsocket; default: all of them
-#                                          on rxe, cm interop on siw)
+#                                          rsocket pingpong; default: all
+#                                          of them on rxe, cm interop on siw)
 #
-# On an iWARP device (siw0) three stages cannot hold, and skip saying why:
+# On an iWARP device (siw0) four stages cannot hold, and skip saying why:
 # unit, whose suites join QPs with ferry_qp_exchange and a manual RTR (on
 # iWARP only iw_cm can bind a QP to its TCP stream); sock and rsocket,
 # whose stream sockets need rsocket's iWARP mode (no WRITE_WITH_IMM, which
-# siw lacks), which ferry does not have.
+# siw lacks), which ferry does not have; pingpong, whose QPs are joined
+# out of band (iw_cm only connects iWARP QPs, and iWARP has no UC).
 #
 # unit:    the provider-generic Check suites with FERRY_TRANSPORT=verbs;
 # cm:      the CM suites with FERRY_TRANSPORT=verbs (when built), at the
@@ -23,6 +24,10 @@
 #          (tests/rxe/interop-rping.sh).
 # rsocket: ferry's stream sockets against librdmacm's rsocket, both
 #          directions, RXE_RSOCK_BYTES each way (tests/rxe/interop-rsocket.sh).
+# pingpong: ferry's rc_pingpong / uc_pingpong against ibv_rc_pingpong /
+#          ibv_uc_pingpong, both directions (tests/rxe/interop-pingpong.sh),
+#          and the suite join (QPs joined out of band) with
+#          FERRY_TRANSPORT=verbs.
 # Prints one line per check and a closing "N passed, N failed, N skipped".
 # Exit status 0 when nothing failed, 1 otherwise, 77 when not in an RDMA VM.
 # Run it from the build tree (make check-rxe does): the programs are there
@@ -83,6 +88,7 @@ iwarp_reason() {
 	case $1 in
 	unit) echo "its suites join QPs with ferry_qp_exchange (a manual RTR): on iWARP only iw_cm connects a QP" ;;
 	sock|rsocket) echo "ferry's stream sockets use WRITE_WITH_IMM; rsocket's iWARP mode (without it) is not in ferry" ;;
+	pingpong) echo "its QPs are joined out of band: on iWARP only iw_cm connects a QP, and there is no UC" ;;
 	esac
 }
 
@@ -127,10 +133,23 @@ stage_rsocket() {
 	esac
 }
 
+# ferry's ping-pong examples and rdma-core's, each as server of the other;
+# then the join suite on the device.
+stage_pingpong() {
+	log=/tmp/check-rxe-pingpong.log
+	timeout 600 "$srcdir/tests/rxe/interop-pingpong.sh" > "$log" 2>&1
+	case $? in
+	0) pass "pingpong: $(tail -n 1 "$log")" ;;
+	77) skip "pingpong: $(tail -n 1 "$log")" ;;
+	*) fail "pingpong: ferry <-> ibv_*_pingpong"; tail -n 30 "$log" ;;
+	esac
+	run_suite join
+}
+
 if [ "$iwarp" = 1 ]; then
 	stages=${*:-cm interop}
 else
-	stages=${*:-unit cm sock interop rsocket}
+	stages=${*:-unit cm sock interop rsocket pingpong}
 fi
 for st in $stages; do
 	why=$(iwarp_reason "$st")
@@ -144,6 +163,7 @@ for st in $stages; do
 	sock) stage_sock ;;
 	interop) stage_interop ;;
 	rsocket) stage_rsocket ;;
+	pingpong) stage_pingpong ;;
 	*) echo "check-rxe: unknown stage $st"; exit 2 ;;
 	esac
 done

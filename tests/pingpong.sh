@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# pingpong.sh - ferry's rc_pingpong and uc_pingpong (examples/), server
+# and client on this host over shm: QPs joined out of band the ibverbs way
+# (LID, QPN, PSN traded over TCP in rdma-core's text format), 1000
+# round trips each, polling and sleeping on events, by LID and by GID.
+# Exit 0 when every pair did all its iterations.  (Against Debian's
+# ibv_rc_pingpong / ibv_uc_pingpong: tests/rxe/check-rxe.sh, stage
+# pingpong, in the Soft-RoCE VM.)
+set -u
+
+prog=pingpong.sh
+skip() { echo "$prog: SKIP: $*"; exit 77; }
+failed=0
+
+[ -x ./examples/rc_pingpong ] && [ -x ./examples/uc_pingpong ] ||
+	skip "examples/rc_pingpong and uc_pingpong are not built"
+export FERRY_TRANSPORT=shm
+
+tmp=$(mktemp -d)
+pids=()
+# shellcheck disable=SC2317
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# A port no other run of this test picks at the same time.
+port=$(( 20000 + ($$ % 20000) ))
+
+# pair NAME PROG OPTS...: server and client of PROG with OPTS, bounded by
+# timeout(1) (a hang fails, it does not stall make check).
+pair() {
+	local name=$1 bin=$2 srv cli
+	shift 2
+	port=$((port + 1))
+	timeout 120 "$bin" -p "$port" "$@" >"$tmp/$name.srv" 2>&1 &
+	srv=$!
+	pids+=("$srv")
+	timeout 120 "$bin" -p "$port" "$@" localhost >"$tmp/$name.cli" 2>&1
+	cli=$?
+	wait "$srv"
+	srv=$?
+	if [ "$cli" -ne 0 ] || [ "$srv" -ne 0 ] ||
+	   ! grep -q "^1000 iters in" "$tmp/$name.cli" ||
+	   ! grep -q "^1000 iters in" "$tmp/$name.srv"; then
+		echo "$prog: FAIL: $name (client $cli, server $srv)"
+		sed "s/^/  client: /" "$tmp/$name.cli"
+		sed "s/^/  server: /" "$tmp/$name.srv"
+		failed=1
+		return
+	fi
+	echo "$prog: ok: $name: $(grep "iters in" "$tmp/$name.cli")"
+}
+
+pair rc ./examples/rc_pingpong -n 1000 -s 4096
+pair rc-events-gid ./examples/rc_pingpong -n 1000 -s 64 -e -g 0
+pair uc-events ./examples/uc_pingpong -n 1000 -s 4096 -e
+pair uc-gid ./examples/rc_pingpong --uc -n 1000 -s 1 -g 0
+exit $failed
