@@ -540,16 +540,18 @@ int ferry_poll_cq(struct ferry_cq *cq, int num_entries, struct ferry_wc *wc)
 /* --- queue pairs --- */
 
 /**
- * ferry_create_qp - create an RC QP on @pd.
+ * ferry_create_qp - create an RC or UD QP on @pd.
  *
  * EINVAL for a missing @pd, @init_attr or CQ, a CQ of another context, or a
- * QP type other than FERRY_QPT_RC.  EOPNOTSUPP when @init_attr->srq is set:
+ * QP type other than FERRY_QPT_RC and FERRY_QPT_UD; EOPNOTSUPP for UD on a
+ * transport without it (tcp).  EOPNOTSUPP when @init_attr->srq is set:
  * the request is well-formed, ferry just has no shared receive queues yet.
  */
 struct ferry_qp *ferry_create_qp(struct ferry_pd *pd,
 				 struct ferry_qp_init_attr *init_attr)
 {
-	if (!pd || !init_attr || init_attr->qp_type != FERRY_QPT_RC ||
+	if (!pd || !init_attr ||
+	    (init_attr->qp_type != FERRY_QPT_RC && init_attr->qp_type != FERRY_QPT_UD) ||
 	    !init_attr->send_cq || !init_attr->recv_cq ||
 	    init_attr->send_cq->context != pd->context ||
 	    init_attr->recv_cq->context != pd->context) {
@@ -557,6 +559,11 @@ struct ferry_qp *ferry_create_qp(struct ferry_pd *pd,
 		return NULL;
 	}
 	if (init_attr->srq) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (init_attr->qp_type == FERRY_QPT_UD && !pd->context->provider->create_ah) {
+		ferry_info("%s: no UD QPs on this transport", pd->context->provider->name);
 		errno = EOPNOTSUPP;
 		return NULL;
 	}

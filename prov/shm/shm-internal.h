@@ -627,6 +627,8 @@ struct shm_qp {
 	struct shm_conn *conn;
 	struct shm_conn *xconn;		/* exchange begun (HELLO sent), not ended */
 
+	struct shm_ud *ud;		/* UD QPs only (shm-ud.h) */
+
 	struct shm_qp *pd_next;		/* in shm_pd.qps */
 	struct shm_qp *rnr_next;	/* in the monitor's RNR list */
 	bool in_rnr_list;
@@ -784,6 +786,7 @@ ssize_t shm_peer_rw(struct shm_conn *conn, bool write, const struct iovec *iov, 
 		    uint64_t addr);
 
 /* shm_qp.c: QP objects and the state machine */
+uint32_t shm_qp_num_take(void);	/* a new QP number of this process */
 struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *attr);
 int shm_modify_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr, int mask);
 /* shm_port.c: the port and the process's LID and GID. */

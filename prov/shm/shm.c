@@ -12,6 +12,7 @@
 
 #include "shm-internal.h"
 #include "shm-ops.h"
+#include "shm-ud.h"
 
 static int shm_qp_exchange_op(struct ferry_qp *qp, int sock, uint32_t *peer_qpn)
 {
@@ -62,6 +63,8 @@ const struct ferry_provider ferry_shm_provider = {
 	.req_notify_cq = shm_req_notify_cq,
 	.ack_cq_events = shm_ack_cq_events,
 	.poll_cq = shm_poll_cq,
+	.create_ah = shm_create_ah,
+	.destroy_ah = shm_destroy_ah,
 	.create_qp = shm_create_qp,
 	.modify_qp = shm_modify_qp,
 	.query_qp = shm_query_qp,
