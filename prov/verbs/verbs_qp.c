@@ -40,7 +40,7 @@ void verbs_qp_init_attr_to_ibv(const struct ferry_qp_init_attr *in,
 	out->cap.max_send_sge = in->cap.max_send_sge;
 	out->cap.max_recv_sge = in->cap.max_recv_sge;
 	out->cap.max_inline_data = in->cap.max_inline_data;
-	out->qp_type = IBV_QPT_RC;
+	out->qp_type = (enum ibv_qp_type)in->qp_type;	/* RC or UD */
 	out->sq_sig_all = in->sq_sig_all;
 }
 
@@ -62,7 +62,7 @@ static struct verbs_qp *verbs_qp_new(struct ferry_pd *pd, struct ibv_qp *ibv,
 	qp->qp.handle = ibv->handle;
 	qp->qp.qp_num = ibv->qp_num;
 	qp->qp.state = FERRY_QPS_RESET;
-	qp->qp.qp_type = FERRY_QPT_RC;
+	qp->qp.qp_type = attr->qp_type;
 	return qp;
 }
 
@@ -269,7 +269,8 @@ int verbs_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 	pthread_mutex_lock(&qp->lock);
 	cur = verbs_qp_device_state(qp);
 	if (!ferry_qp_next_state(cur, attr, mask, &next) ||
-	    !ferry_qp_transition_ok(cur, next, mask)) {
+	    !(fqp->qp_type == FERRY_QPT_UD ? ferry_ud_transition_ok(cur, next, mask) :
+					    ferry_qp_transition_ok(cur, next, mask))) {
 		err = EINVAL;
 		goto out_unlock;
 	}
@@ -361,7 +362,7 @@ int verbs_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
 	init->send_cq = fqp->send_cq;
 	init->recv_cq = fqp->recv_cq;
 	verbs_cap_from_ibv(&init->cap, &ii.cap);
-	init->qp_type = FERRY_QPT_RC;
+	init->qp_type = fqp->qp_type;
 	init->sq_sig_all = ii.sq_sig_all;
 	return 0;
 }
