@@ -20,6 +20,21 @@ trap 'rm -rf "$tmp"' EXIT
 # A port per run, so that two runs of the suite do not meet.
 port=$(( 20000 + $$ % 20000 ))
 
+# listening PORT PID: wait (30 s at most) until PID listens on TCP PORT --
+# slow to start in the emulated VM -- or has exited.
+listening() {
+	local i
+	for i in $(seq 300); do
+		if command -v ss >/dev/null; then
+			ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return
+		elif [ "$i" -ge 5 ]; then
+			return
+		fi
+		kill -0 "$2" 2>/dev/null || return
+		sleep 0.1
+	done
+}
+
 # pair NAME SERVER_CMD... -- CLIENT_CMD...: both must exit 0 and report.
 pair() {
 	local name=$1 scmd=() ccmd=() spid rc_s rc_c
@@ -30,7 +45,7 @@ pair() {
 	port=$((port + 1))
 	timeout 120 "${scmd[@]}" -p "$port" > "$tmp/$name.s" 2>&1 &
 	spid=$!
-	sleep 0.3
+	listening "$port" "$spid"
 	timeout 120 "${ccmd[@]}" -p "$port" 127.0.0.1 > "$tmp/$name.c" 2>&1
 	rc_c=$?
 	wait "$spid"

@@ -1,7 +1,7 @@
 /*
  * shm-ud.h - unreliable-datagram QPs of the shm provider and their
  * address handles (shm_ud.c: objects and states; shm_ud_data.c: sends,
- * receives, polls).
+ * receives, polls; shm_ud_wire.c: names and the header's checks).
  *
  * Each UD QP is an AF_UNIX SOCK_DGRAM socket bound to the abstract name
  * "\0ferry/shm/ud/v1/<lid>/<qpn>" (decimal, no leading zeros): LID is the
@@ -98,6 +98,20 @@ struct shm_ud {
 	union ferry_gid gid;		/* ours: the GRH's DGID */
 };
 
+/* shm_ud_wire.c */
+/* The abstract name of UD QP @qpn of LID @lid; its length. */
+socklen_t shm_ud_name(uint16_t lid, uint32_t qpn, struct sockaddr_un *un);
+/* Back to @qpn and @lid from a name a datagram came from; false: not one of ours. */
+bool shm_ud_name_parse(const struct sockaddr_un *un, socklen_t len, uint16_t *lid_p,
+		       uint32_t *qpn_p);
+/*
+ * Why a datagram of @len bytes (@truncated: longer than the buffer it was
+ * read into), whose first bytes are @h (zero past @len), is no UD message
+ * of ours; NULL when it is one: then h->payload_len == len - sizeof(*h),
+ * at most the MTU.
+ */
+const char *shm_ud_hdr_check(const struct shm_ud_hdr *h, size_t len, bool truncated);
+
 /* shm_ud.c */
 struct ferry_ah *shm_create_ah(struct ferry_pd *pd, struct ferry_ah_attr *attr);
 int shm_destroy_ah(struct ferry_ah *ah);
@@ -106,11 +120,6 @@ int shm_ud_modify_qp(struct shm_qp *qp, struct ferry_qp_attr *attr, int mask);
 int shm_ud_query_qp(struct shm_qp *qp, struct ferry_qp_attr *attr,
 		    struct ferry_qp_init_attr *init);
 int shm_ud_destroy_qp(struct shm_qp *qp);
-/* The abstract name of UD QP @qpn of LID @lid; its length. */
-socklen_t shm_ud_name(uint16_t lid, uint32_t qpn, struct sockaddr_un *un);
-/* Back to @qpn and @lid from a name a datagram came from; false: not one of ours. */
-bool shm_ud_name_parse(const struct sockaddr_un *un, socklen_t len, uint16_t *lid_p,
-		       uint32_t *qpn_p);
 /* ferry_req_notify_cq on @scq: its UD QPs' sockets raise the channel once. */
 void shm_ud_cq_arm(struct shm_cq *scq);
 /* Does one of @scq's UD QPs have a datagram waiting?  (A channel's event.) */

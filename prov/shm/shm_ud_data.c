@@ -298,22 +298,6 @@ static pid_t shm_ud_sender_pid(struct msghdr *msg)
 	return 0;
 }
 
-/* Why a datagram of @len bytes (@flags of recvmsg) is no UD message; NULL: it is. */
-static const char *shm_ud_malformed(const struct shm_ud_hdr *h, size_t len, int flags)
-{
-	if ((flags & MSG_TRUNC) || len > sizeof(*h) + SHM_UD_MTU)
-		return "larger than the MTU";
-	if (len < sizeof(*h))
-		return "shorter than its header";
-	if (h->magic != SHM_UD_MAGIC || h->version != SHM_UD_VERSION)
-		return "not ferry's UD format";
-	if (h->flags & ~SHM_UD_F_ALL)
-		return "unknown flags";
-	if (h->payload_len != len - sizeof(*h))
-		return "a length that is not the datagram's";
-	return NULL;
-}
-
 /* Is the datagram for this QP as it is now?  Drops are silent, as a NIC's. */
 static bool shm_ud_accepts(struct shm_qp *qp, const struct shm_ud_hdr *h)
 {
@@ -386,7 +370,7 @@ static int shm_ud_absorb_one(struct shm_qp *qp)
 		return 0;
 	memset(&h, 0, sizeof(h));
 	memcpy(&h, ud->buf, (size_t)len < sizeof(h) ? (size_t)len : sizeof(h));
-	why = shm_ud_malformed(&h, (size_t)len, msg.msg_flags);
+	why = shm_ud_hdr_check(&h, (size_t)len, msg.msg_flags & MSG_TRUNC);
 	if (!why && !shm_ud_name_parse(&un, msg.msg_namelen, &slid, &sqpn))
 		why = "from a socket that is no UD QP";
 	if (why) {
