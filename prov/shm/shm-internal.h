@@ -458,6 +458,7 @@ struct shm_cq {
 	struct shm_qp **rqps;		/* QPs whose receives complete here */
 	uint32_t nrqps, rqps_cap, rr_next;
 	int nqps;			/* QPs using this CQ at all */
+	_Atomic uint32_t nud;		/* UD QPs among rqps (written under lock) */
 	int efd;			/* wake socket: the channel's epoll watches it,
 					 * or it is the channel's (single channel) */
 	struct shm_wake_name wake;	/* efd's name: peers wake us there */

@@ -206,9 +206,11 @@ int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
 		shm_sq_settle_rnr(qp);
 	shm_notify_change(to_scq(cq), true, SHM_NOTIFY_MODES,
 			  solicited_only ? SHM_NOTIFY_SOLICITED : SHM_NOTIFY_ALL);
-	ferry_lock(&to_scq(cq)->lock);
-	shm_ud_cq_arm(to_scq(cq));	/* datagrams raise the channel too */
-	ferry_unlock(&to_scq(cq)->lock);
+	if (atomic_load_explicit(&to_scq(cq)->nud, memory_order_relaxed)) {
+		ferry_lock(&to_scq(cq)->lock);
+		shm_ud_cq_arm(to_scq(cq));	/* datagrams raise the channel too */
+		ferry_unlock(&to_scq(cq)->lock);
+	}
 	return 0;
 }
 

@@ -167,6 +167,7 @@ static void shm_ud_cq_join(struct shm_qp *qp)
 	ferry_unlock(&scq->lock);
 	ferry_lock(&rcq->lock);
 	rcq->nqps++;
+	atomic_fetch_add(&rcq->nud, 1);
 	ferry_unlock(&rcq->lock);
 	shm_cq_attach_recv(rcq, qp);
 }
@@ -306,6 +307,7 @@ int shm_ud_destroy_qp(struct shm_qp *qp)
 	if (qp->ud->in_epoll && !rcq->detached)
 		epoll_ctl(ch->fd, EPOLL_CTL_DEL, qp->ud->fd, NULL);
 	rcq->nqps--;
+	atomic_fetch_sub(&rcq->nud, 1);
 	ferry_unlock(&rcq->lock);
 	ferry_lock(&scq->lock);
 	scq->nqps--;
@@ -353,6 +355,8 @@ bool shm_ud_cq_ready(struct shm_cq *scq)
 	bool ready = false;
 	uint32_t i;
 
+	if (!atomic_load_explicit(&scq->nud, memory_order_relaxed))
+		return false;	/* an RC CQ's spurious wake-up: no look */
 	ferry_lock(&scq->lock);
 	for (i = 0; i < scq->nrqps && !ready; i++) {
 		struct shm_qp *qp = scq->rqps[i];

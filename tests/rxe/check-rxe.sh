@@ -4,7 +4,7 @@
 # tests/rxe/Makefile.inc: make check-rxe, make check-siw).
 #
 #   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm sock interop
-#                                          rsocket; default: all of them
+#                                          rsocket ud; default: all of them
 #                                          on rxe, cm interop on siw)
 #
 # On an iWARP device (siw0) three stages cannot hold, and skip saying why:
@@ -23,6 +23,8 @@
 #          (tests/rxe/interop-rping.sh).
 # rsocket: ferry's stream sockets against librdmacm's rsocket, both
 #          directions, RXE_RSOCK_BYTES each way (tests/rxe/interop-rsocket.sh).
+# ud:      examples/ud_pingpong against rdma-core's ibv_ud_pingpong, each as
+#          the server of the other, over the IPv4 GID (tests/ud-pingpong.sh).
 # Prints one line per check and a closing "N passed, N failed, N skipped".
 # Exit status 0 when nothing failed, 1 otherwise, 77 when not in an RDMA VM.
 # Run it from the build tree (make check-rxe does): the programs are there
@@ -83,6 +85,7 @@ iwarp_reason() {
 	case $1 in
 	unit) echo "its suites join QPs with ferry_qp_exchange (a manual RTR): on iWARP only iw_cm connects a QP" ;;
 	sock|rsocket) echo "ferry's stream sockets use WRITE_WITH_IMM; rsocket's iWARP mode (without it) is not in ferry" ;;
+	ud) echo "iWARP has no unreliable datagrams" ;;
 	esac
 }
 
@@ -127,10 +130,34 @@ stage_rsocket() {
 	esac
 }
 
+# The index of rxe0's RoCE v2 GID of the VM's IPv4 address (::ffff:a.b.c.d).
+ud_gid_index() {
+	for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+		n=${f##*/}
+		t=$(cat "/sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$n" 2>/dev/null)
+		case "$(cat "$f" 2>/dev/null):$t" in
+		0000:0000:0000:0000:0000:ffff:*"RoCE v2") echo "$n"; return ;;
+		esac
+	done
+	echo 1
+}
+
+# ferry's ud_pingpong and rdma-core's ibv_ud_pingpong, each as server of the other.
+stage_ud() {
+	log=/tmp/check-rxe-ud.log
+	FERRY_UDPP_INTEROP=1 FERRY_UDPP_GID=$(ud_gid_index) timeout 600 \
+		"$srcdir/tests/ud-pingpong.sh" > "$log" 2>&1
+	case $? in
+	0) pass "ud: $(grep -c PASS "$log") ping-pongs (ferry and ibv_ud_pingpong both ways)" ;;
+	77) skip "ud: $(tail -n 1 "$log")" ;;
+	*) fail "ud: ud_pingpong <-> ibv_ud_pingpong"; tail -n 30 "$log" ;;
+	esac
+}
+
 if [ "$iwarp" = 1 ]; then
 	stages=${*:-cm interop}
 else
-	stages=${*:-unit cm sock interop rsocket}
+	stages=${*:-unit cm sock interop rsocket ud}
 fi
 for st in $stages; do
 	why=$(iwarp_reason "$st")
@@ -144,6 +171,7 @@ for st in $stages; do
 	sock) stage_sock ;;
 	interop) stage_interop ;;
 	rsocket) stage_rsocket ;;
+	ud) stage_ud ;;
 	*) echo "check-rxe: unknown stage $st"; exit 2 ;;
 	esac
 done
