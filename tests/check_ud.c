@@ -794,6 +794,7 @@ Suite *ud_suite(void)
 	Suite *s = suite_create("ud");
 	TCase *t = tcase_create("ah");
 
+	tcase_set_timeout(t, TU_TCASE_TIMEOUT);
 	tcase_add_test(t, ah_errors);
 	tcase_add_test(t, tcp_has_none);
 	tcase_add_test(t, states);

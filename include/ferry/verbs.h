@@ -379,7 +379,7 @@ enum ferry_device_cap_flags {
 /*
  * What a device reports (struct ibv_device_attr, same members in the same
  * order, then ferry's own).  Members about objects ferry does not have yet
- * (SRQ, memory windows, multicast, address handles, EE contexts) are 0.
+ * (SRQ, memory windows, multicast, EE contexts) are 0.
  */
 struct ferry_device_attr {
 	char fw_ver[64];
