@@ -15,6 +15,7 @@
  *  - short_recv: a receive shorter than GRH + payload: LOC_LEN_ERR;
  *  - no_recv, no_qpn: nothing blocks or hangs a sender when nobody takes
  *    its datagrams;
+ *  - err_flush: ERR flushes receives and sends; RESET and back, a new QP;
  *  - channel: a datagram raises an armed CQ's channel, and only then;
  *  - many (shm): two forked processes send to one QP;
  *  - hostile (shm): malformed datagrams, lies about size and source, a
@@ -506,6 +507,50 @@ START_TEST(no_qpn)
 }
 END_TEST
 
+/* ERR flushes what is posted and what comes; RESET and back makes it new. */
+START_TEST(err_flush)
+{
+	struct ferry_qp_attr attr = { .qp_state = FERRY_QPS_ERR };
+	struct ud_end a, b;
+	struct ferry_ah *ah;
+	struct ferry_wc wc[2];
+	int got;
+
+	ud_open(&a, UD_QKEY, false);
+	ud_open(&b, UD_QKEY, false);
+	ah = ud_ah(&a, &b, false);
+	ck_assert_int_eq(ud_post_recv(&b, 1, 0, UD_SLOT), 0);
+	ck_assert_int_eq(ud_post_recv(&b, 2, UD_SLOT, UD_SLOT), 0);
+	ck_assert_int_eq(ferry_modify_qp(b.qp, &attr, FERRY_QP_STATE), 0);
+	got = tu_poll(b.cq, wc, 2, TU_WAIT_MS);
+	ck_assert_int_eq(got, 2);
+	ck_assert_uint_eq(wc[0].wr_id, 1);
+	ck_assert_uint_eq(wc[1].wr_id, 2);
+	ck_assert_int_eq(wc[0].status, FERRY_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(wc[1].status, FERRY_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(ferry_modify_qp(a.qp, &attr, FERRY_QP_STATE), 0);
+	ck_assert_int_eq(ud_send(&a, ah, b.qp->qp_num, UD_QKEY, 0, 8, 3), 0);
+	tu_poll1(a.cq, wc);
+	ck_assert_uint_eq(wc[0].wr_id, 3);
+	ck_assert_int_eq(wc[0].status, FERRY_WC_WR_FLUSH_ERR);
+
+	attr.qp_state = FERRY_QPS_RESET;
+	ck_assert_int_eq(ferry_modify_qp(a.qp, &attr, FERRY_QP_STATE), 0);
+	ck_assert_int_eq(ferry_modify_qp(b.qp, &attr, FERRY_QP_STATE), 0);
+	ck_assert_int_eq(ud_qp_ready(a.qp, UD_QKEY), 0);
+	ck_assert_int_eq(ud_qp_ready(b.qp, UD_QKEY), 0);
+	ck_assert_int_eq(ud_post_recv(&b, 4, 0, UD_SLOT), 0);
+	ud_send_ok(&a, ah, &b, UD_QKEY, 0, 8, 5);
+	tu_poll1(b.cq, wc);
+	ck_assert_uint_eq(wc[0].wr_id, 4);
+	ck_assert_int_eq(wc[0].status, FERRY_WC_SUCCESS);
+	tu_assert_cq_empty(b.cq);
+	ck_assert_int_eq(ferry_destroy_ah(ah), 0);
+	ud_close(&a);
+	ud_close(&b);
+}
+END_TEST
+
 static bool ud_channel_ready(struct ud_end *e, int ms)
 {
 	struct pollfd pfd = { .fd = e->ch->fd, .events = POLLIN };
@@ -807,6 +852,7 @@ Suite *ud_suite(void)
 	tcase_add_test(t, short_recv);
 	tcase_add_test(t, no_recv);
 	tcase_add_test(t, no_qpn);
+	tcase_add_test(t, err_flush);
 	tcase_add_test(t, channel);
 	tcase_add_test(t, many);
 	suite_add_tcase(s, t);
