@@ -551,18 +551,20 @@ static bool core_qp_type_ok(const struct ferry_provider *provider, enum ferry_qp
 }
 
 /**
- * ferry_create_qp - create an RC or UC QP on @pd.
+ * ferry_create_qp - create an RC, UC or UD QP on @pd.
  *
  * EINVAL for a missing @pd, @init_attr or CQ, a CQ of another context, or a
  * QP type ferry does not know.  EOPNOTSUPP when @init_attr->srq is set
- * (ferry has no shared receive queues yet), or for a UC QP on a transport
- * without them (tcp: iWARP has RC only): the request is well-formed.
+ * (ferry has no shared receive queues yet), or for a UC or UD QP on a
+ * transport without them (tcp: iWARP has RC only): the request is
+ * well-formed.
  */
 struct ferry_qp *ferry_create_qp(struct ferry_pd *pd,
 				 struct ferry_qp_init_attr *init_attr)
 {
 	if (!pd || !init_attr ||
-	    (init_attr->qp_type != FERRY_QPT_RC && init_attr->qp_type != FERRY_QPT_UC) ||
+	    (init_attr->qp_type != FERRY_QPT_RC && init_attr->qp_type != FERRY_QPT_UC &&
+	     init_attr->qp_type != FERRY_QPT_UD) ||
 	    !init_attr->send_cq || !init_attr->recv_cq ||
 	    init_attr->send_cq->context != pd->context ||
 	    init_attr->recv_cq->context != pd->context) {
@@ -570,6 +572,11 @@ struct ferry_qp *ferry_create_qp(struct ferry_pd *pd,
 		return NULL;
 	}
 	if (init_attr->srq || !core_qp_type_ok(pd->context->provider, init_attr->qp_type)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (init_attr->qp_type == FERRY_QPT_UD && !pd->context->provider->create_ah) {
+		ferry_info("%s: no UD QPs on this transport", pd->context->provider->name);
 		errno = EOPNOTSUPP;
 		return NULL;
 	}

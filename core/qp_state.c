@@ -190,6 +190,8 @@ bool ferry_qp_type_transition_ok(enum ferry_qp_type type, enum ferry_qp_state cu
 	const struct qp_transition *t;
 	unsigned int bits = (unsigned int)mask;
 
+	if (type == FERRY_QPT_UD)
+		return ferry_ud_transition_ok(cur, next, mask);
 	if (!qp_state_valid(cur) || !qp_state_valid(next))
 		return false;
 	if (next != cur && !(bits & FERRY_QP_STATE))

@@ -34,6 +34,7 @@ int main(void)
 	srunner_add_suite(runner, hostile_mem_suite());
 	srunner_add_suite(runner, hostile_window_suite());
 	srunner_add_suite(runner, hostile_squat_suite());
+	srunner_add_suite(runner, ud_suite());
 	srunner_add_suite(runner, cm_msg_suite());
 	srunner_add_suite(runner, cm_suite());
 	srunner_add_suite(runner, cm_robust_suite());

@@ -22,6 +22,7 @@ Suite *hostile_suite(void);
 Suite *hostile_mem_suite(void);
 Suite *hostile_window_suite(void);
 Suite *hostile_squat_suite(void);
+Suite *ud_suite(void);
 Suite *cm_msg_suite(void);
 Suite *cm_suite(void);
 Suite *cm_robust_suite(void);

@@ -163,6 +163,15 @@ struct ferry_provider {
 	void (*ack_cq_events)(struct ferry_cq *cq, unsigned int n);
 	int (*poll_cq)(struct ferry_cq *cq, int n, struct ferry_wc *wc);
 
+	/*
+	 * Optional: address handles, and with them UD QPs.  NULL: the
+	 * transport has no UD (tcp: iWARP defines none), and the core
+	 * refuses FERRY_QPT_UD with EOPNOTSUPP before create_qp sees it.
+	 * The core has checked @pd and @attr (ah.c).
+	 */
+	struct ferry_ah *(*create_ah)(struct ferry_pd *pd, struct ferry_ah_attr *attr);
+	int (*destroy_ah)(struct ferry_ah *ah);
+
 	struct ferry_qp *(*create_qp)(struct ferry_pd *pd, struct ferry_qp_init_attr *attr);
 	/*
 	 * The provider takes its QP lock, reads the current state (which it may
@@ -231,6 +240,19 @@ bool ferry_qp_transition_ok(enum ferry_qp_state cur, enum ferry_qp_state next,
 /* The same for a QP of @type (RC or UC: the kernel's columns of each). */
 bool ferry_qp_type_transition_ok(enum ferry_qp_type type, enum ferry_qp_state cur,
 				 enum ferry_qp_state next, int mask);
+
+/*
+ * ferry_ud_transition_ok - the same for a UD QP (qp_state_ud.c): the
+ * kernel's IB_QPT_UD column (RESET -> INIT with P_Key index, port and
+ * Q_Key; INIT -> RTR with nothing; RTR -> RTS with sq_psn).
+ */
+bool ferry_ud_transition_ok(enum ferry_qp_state cur, enum ferry_qp_state next, int mask);
+
+/*
+ * ferry_ud_wr_ok - is @wr a send WR a UD QP of @qp's context can post: a
+ * SEND (with or without immediate) whose AH is of that context?  ah.c.
+ */
+bool ferry_ud_wr_ok(const struct ferry_qp *qp, const struct ferry_send_wr *wr);
 
 /*
  * ferry_qp_next_state - the target state of a modify: attr->qp_state when

@@ -103,7 +103,7 @@ enum ferry_wc_opcode {
 };
 
 enum ferry_wc_flags {
-	FERRY_WC_GRH      = 1 << 0, /* never set by ferry */
+	FERRY_WC_GRH      = 1 << 0, /* UD: the receive's first 40 bytes hold a GRH */
 	FERRY_WC_WITH_IMM = 1 << 1, /* imm_data is valid */
 };
 
@@ -127,7 +127,14 @@ enum ferry_qp_type {
 	FERRY_QPT_RC = 2,	/* reliable connection: every transport */
 	FERRY_QPT_UC = 3,	/* unreliable connection: shm and verbs (no READ,
 				 * no atomics, no acknowledgements) */
+	FERRY_QPT_UD = 4,	/* unreliable datagram: shm and verbs, not tcp */
 };
+
+/*
+ * UD: every receive buffer starts with room for a Global Route Header;
+ * byte_len counts it (ferry_create_ah(3)).
+ */
+#define FERRY_GRH_BYTES 40
 
 enum ferry_qp_state {
 	FERRY_QPS_RESET,
@@ -203,6 +210,16 @@ union ferry_gid {
 	} global;
 };
 
+/* The GRH at the head of a UD receive (struct ibv_grh), network byte order. */
+struct ferry_grh {
+	uint32_t version_tclass_flow;	/* 6 << 28 | traffic class << 20 | flow label */
+	uint16_t paylen;		/* bytes after the GRH */
+	uint8_t next_hdr;		/* 0x1b on InfiniBand */
+	uint8_t hop_limit;
+	union ferry_gid sgid;
+	union ferry_gid dgid;
+};
+
 /* The GRH half of an address vector (struct ibv_global_route). */
 struct ferry_global_route {
 	union ferry_gid dgid;
@@ -216,6 +233,8 @@ struct ferry_global_route {
  * Address vector (struct ibv_ah_attr).  The verbs transport passes it to
  * the device; shm keeps what it was given and returns it from
  * ferry_query_qp (it finds its peer through the QP exchange instead).
+ * An address handle (ferry_create_ah) is one made into an object for UD
+ * sends: dlid (and port_num 1) say where; is_global asks for a GRH.
  */
 struct ferry_ah_attr {
 	struct ferry_global_route grh;	/* valid when is_global */
@@ -225,6 +244,13 @@ struct ferry_ah_attr {
 	uint8_t static_rate;
 	uint8_t is_global;
 	uint8_t port_num;
+};
+
+/* An address handle: where a UD send goes (struct ibv_ah). */
+struct ferry_ah {
+	struct ferry_context *context;
+	struct ferry_pd *pd;
+	uint32_t handle;
 };
 
 struct ferry_qp_attr {
@@ -304,6 +330,13 @@ struct ferry_send_wr {
 			uint64_t swap;
 			uint32_t rkey;
 		} atomic;
+		/* UD: the destination QP; a remote_qkey with its high bit
+		 * set means the sending QP's own Q_Key (as ibverbs). */
+		struct {
+			struct ferry_ah *ah;
+			uint32_t remote_qpn;
+			uint32_t remote_qkey;
+		} ud;
 	} wr;
 };
 
@@ -347,7 +380,7 @@ enum ferry_device_cap_flags {
 /*
  * What a device reports (struct ibv_device_attr, same members in the same
  * order, then ferry's own).  Members about objects ferry does not have yet
- * (SRQ, memory windows, multicast, address handles, EE contexts) are 0.
+ * (SRQ, memory windows, multicast, EE contexts) are 0.
  */
 struct ferry_device_attr {
 	char fw_ver[64];
@@ -558,6 +591,17 @@ int ferry_get_cq_event(struct ferry_comp_channel *channel,
 void ferry_ack_cq_events(struct ferry_cq *cq, unsigned int nevents);
 
 int ferry_poll_cq(struct ferry_cq *cq, int num_entries, struct ferry_wc *wc);
+
+/* --- address handles (UD) --- */
+
+/**
+ * ferry_create_ah - an address handle on @pd for UD sends to @attr's
+ * destination.  NULL with errno: EINVAL (no such port, a LID out of the
+ * unicast range), EOPNOTSUPP where the transport has no UD (tcp).
+ * ferry_destroy_ah - release it; 0, or -1 with errno.
+ */
+struct ferry_ah *ferry_create_ah(struct ferry_pd *pd, struct ferry_ah_attr *attr);
+int ferry_destroy_ah(struct ferry_ah *ah);
 
 /* --- queue pairs --- */
 

@@ -471,6 +471,7 @@ struct shm_cq {
 	struct shm_qp **rqps;		/* QPs whose receives complete here */
 	uint32_t nrqps, rqps_cap, rr_next;
 	int nqps;			/* QPs using this CQ at all */
+	_Atomic uint32_t nud;		/* UD QPs among rqps (written under lock) */
 	int efd;			/* wake socket: the channel's epoll watches it,
 					 * or it is the channel's (single channel) */
 	struct shm_wake_name wake;	/* efd's name: peers wake us there */
@@ -646,6 +647,7 @@ struct shm_qp {
 	 * shm_join_sq_hold first (no peer yet, or a PSN still to check). */
 	struct shm_join *join;
 	bool join_wait;
+	struct shm_ud *ud;		/* UD QPs only (shm-ud.h) */
 
 	struct shm_qp *pd_next;		/* in shm_pd.qps */
 	struct shm_qp *rnr_next;	/* in the monitor's RNR list */
@@ -838,6 +840,7 @@ void shm_join_forget(struct shm_qp *qp);
 bool shm_join_sq_hold(struct shm_qp *qp);
 
 /* shm_qp.c: QP objects and the state machine */
+uint32_t shm_qp_num_take(void);	/* a new QP number of this process */
 struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *attr);
 int shm_modify_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr, int mask);
 /* shm_port.c: the port and the process's LID and GID. */

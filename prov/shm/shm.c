@@ -12,6 +12,7 @@
 
 #include "shm-internal.h"
 #include "shm-ops.h"
+#include "shm-ud.h"
 
 static int shm_qp_exchange_op(struct ferry_qp *qp, int sock, uint32_t *peer_qpn)
 {
@@ -30,7 +31,7 @@ static int shm_qp_exchange_step_op(struct ferry_qp *qp, uint32_t *peer_qpn)
 
 const struct ferry_provider ferry_shm_provider = {
 	.name = "shm",
-	.qp_types = 1u << FERRY_QPT_UC,
+	.qp_types = 1u << FERRY_QPT_UC | 1u << FERRY_QPT_UD,
 	.get_devices = shm_get_devices,
 	.open_device = shm_open_device,
 	.close_device = shm_close_device,
@@ -63,6 +64,8 @@ const struct ferry_provider ferry_shm_provider = {
 	.req_notify_cq = shm_req_notify_cq,
 	.ack_cq_events = shm_ack_cq_events,
 	.poll_cq = shm_poll_cq,
+	.create_ah = shm_create_ah,
+	.destroy_ah = shm_destroy_ah,
 	.create_qp = shm_create_qp,
 	.modify_qp = shm_modify_qp,
 	.query_qp = shm_query_qp,

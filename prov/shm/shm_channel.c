@@ -16,6 +16,7 @@
 
 #include "shm-internal.h"
 #include "shm-ops.h"
+#include "shm-ud.h"
 
 struct ferry_comp_channel *shm_create_comp_channel(struct ferry_context *ctx)
 {
@@ -197,7 +198,8 @@ static int shm_cq_event(struct ferry_comp_channel *ch, struct ferry_cq **cq_p, b
 		if (n == 0)
 			return ERR(EAGAIN);
 		scq = ev.data.ptr;
-		if (shm_wake_drain(scq->efd) > 0)
+		/* Its wake socket, or one of its UD QPs' (shm_ud_cq_arm). */
+		if (shm_wake_drain(scq->efd) > 0 || shm_ud_cq_ready(scq))
 			break;
 		/* Another thread took this event: wait for the next one. */
 	}

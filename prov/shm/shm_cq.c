@@ -19,6 +19,7 @@
 
 #include "shm-internal.h"
 #include "shm-ops.h"
+#include "shm-ud.h"
 
 /* --- the notify word, and the copies peers read --- */
 
@@ -205,6 +206,11 @@ int shm_req_notify_cq(struct ferry_cq *cq, int solicited_only)
 		shm_sq_settle_rnr(qp);
 	shm_notify_change(to_scq(cq), true, SHM_NOTIFY_MODES,
 			  solicited_only ? SHM_NOTIFY_SOLICITED : SHM_NOTIFY_ALL);
+	if (atomic_load_explicit(&to_scq(cq)->nud, memory_order_relaxed)) {
+		ferry_lock(&to_scq(cq)->lock);
+		shm_ud_cq_arm(to_scq(cq));	/* datagrams raise the channel too */
+		ferry_unlock(&to_scq(cq)->lock);
+	}
 	return 0;
 }
 
@@ -399,6 +405,12 @@ void shm_cq_detach_recv(struct shm_cq *scq, struct shm_qp *qp)
 	ferry_unlock(&scq->lock);
 }
 
+/* The receives of @qp, RC (deliveries of its peer) or UD (datagrams). */
+static inline int shm_cq_poll_qp(struct shm_qp *qp, int n, struct ferry_wc *wc)
+{
+	return qp->ud ? shm_ud_poll_recv(qp, n, wc) : shm_poll_recv(qp, n, wc);
+}
+
 /*
  * shm_poll_cq - local completions first (sends, flushes), then deliveries
  * from the peers of the QPs receiving here, starting with a different QP
@@ -423,14 +435,14 @@ int shm_poll_cq(struct ferry_cq *cq, int n, struct ferry_wc *wc)
 	}
 	nq = scq->nrqps;
 	if (nq == 1) {
-		got += shm_poll_recv(scq->rqps[0], n - got, wc + got);
+		got += shm_cq_poll_qp(scq->rqps[0], n - got, wc + got);
 	} else if (nq) {
 		start = scq->rr_next < nq ? scq->rr_next : 0;
 		scq->rr_next = start + 1;
 		for (i = 0; i < nq && got < n; i++) {
 			uint32_t k = start + i < nq ? start + i : start + i - nq;
 
-			got += shm_poll_recv(scq->rqps[k], n - got, wc + got);
+			got += shm_cq_poll_qp(scq->rqps[k], n - got, wc + got);
 		}
 	}
 	ferry_unlock(&scq->lock);

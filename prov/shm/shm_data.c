@@ -24,6 +24,7 @@
 #endif
 
 #include "shm-internal.h"
+#include "shm-ud.h"
 
 /* Internal verdicts of shm_execute beside the ferry_wc_status values. */
 #define SHM_EXEC_RNR		(-1)	/* no receive posted: wait and retry */
@@ -973,6 +974,8 @@ int shm_post_send_direct(struct ferry_qp *fqp, struct ferry_send_wr *wr, unsigne
 	unsigned int flags = FERRY_SEND_INLINE | SHM_SWQE_WHOLE;
 	int err = EAGAIN;
 
+	if (qp->ud)
+		return ERR(EOPNOTSUPP);	/* the stream sockets' call: RC only */
 	if (how & FERRY_DIRECT_NOCACHE)
 		flags |= SHM_SWQE_NOCACHE;
 	ferry_lock(&qp->sq_lock);
@@ -991,6 +994,8 @@ int shm_post_send(struct ferry_qp *fqp, struct ferry_send_wr *wr, struct ferry_s
 	enum ferry_qp_state state;
 	int err = 0;
 
+	if (qp->ud)
+		return shm_ud_post_send(qp, wr, bad);	/* shm_ud_data.c */
 	ferry_lock(&qp->sq_lock);
 	state = qp->qp.state;
 	if (state == FERRY_QPS_RESET || state == FERRY_QPS_INIT || state == FERRY_QPS_RTR) {

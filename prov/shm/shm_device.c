@@ -61,6 +61,7 @@ int shm_query_device(struct ferry_context *ctx, struct ferry_device_attr *attr)
 	attr->max_cqe = SHM_MAX_CQE;
 	attr->max_mr = SHM_MR_TABLE_ENTRIES - 1;
 	attr->max_pd = 1 << 20;
+	attr->max_ah = 1 << 20;		/* a few bytes of heap each: no table */
 	attr->max_qp_rd_atom = 128;
 	attr->max_res_rd_atom = 128 << 20;	/* max_qp_rd_atom for every QP */
 	attr->max_qp_init_rd_atom = 128;

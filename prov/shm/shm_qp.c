@@ -17,10 +17,21 @@
 #include <unistd.h>
 
 #include "shm-internal.h"
+#include "shm-ud.h"
 
 static pthread_mutex_t qpn_lock = PTHREAD_MUTEX_INITIALIZER;
 FERRY_FORK_SAFE(qpn, qpn_lock)
 static uint32_t next_qpn = 0x11;
+
+uint32_t shm_qp_num_take(void)
+{
+	uint32_t qpn;
+
+	pthread_mutex_lock(&qpn_lock);
+	qpn = next_qpn++ & 0xffffff;
+	pthread_mutex_unlock(&qpn_lock);
+	return qpn;
+}
 
 static uint32_t pow2_at_least(uint32_t n)
 {
@@ -92,6 +103,8 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 {
 	struct shm_qp *qp;
 
+	if (attr->qp_type == FERRY_QPT_UD)
+		return shm_ud_create_qp(pd, attr);	/* shm_ud.c */
 	if (!shm_cap_ok(&attr->cap)) {
 		errno = EINVAL;
 		return NULL;
@@ -116,9 +129,7 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 	ferry_lock_init(&qp->sq_lock);
 	ferry_lock_init(&qp->rq_lock);
 
-	pthread_mutex_lock(&qpn_lock);
-	qp->qp.qp_num = next_qpn++ & 0xffffff;
-	pthread_mutex_unlock(&qpn_lock);
+	qp->qp.qp_num = shm_qp_num_take();
 	qp->qp.context = pd->context;
 	qp->qp.qp_context = attr->qp_context;
 	qp->qp.pd = pd;
@@ -309,6 +320,8 @@ int shm_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 	bool join = false;
 	int err;
 
+	if (qp->ud)
+		return shm_ud_modify_qp(qp, attr, mask);
 	if ((mask & FERRY_QP_STATE) && attr->qp_state == FERRY_QPS_RESET) {
 		shm_monitor_forget(qp);	/* may wait for the monitor: no lock held */
 		shm_join_forget(qp);	/* and for the join thread */
@@ -359,6 +372,8 @@ int shm_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
 {
 	struct shm_qp *qp = to_sqp(fqp);
 
+	if (qp->ud)
+		return shm_ud_query_qp(qp, a, init);
 	memset(a, 0, sizeof(*a));
 	ferry_lock(&qp->sq_lock);
 	a->qp_state = a->cur_qp_state = qp->qp.state;
@@ -397,6 +412,8 @@ int shm_destroy_qp(struct ferry_qp *fqp)
 	struct shm_qp *qp = to_sqp(fqp);
 	struct shm_cq *scq = to_scq(fqp->send_cq), *rcq = to_scq(fqp->recv_cq);
 
+	if (qp->ud)
+		return shm_ud_destroy_qp(qp);
 	shm_monitor_forget(qp);
 	shm_join_forget(qp);
 	shm_pd_remove_qp(to_spd(fqp->pd), qp);

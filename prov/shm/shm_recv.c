@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "shm-internal.h"
+#include "shm-ud.h"
 
 static void shm_rq_kick_peer(struct shm_conn *conn);
 
@@ -160,6 +161,8 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
 	enum ferry_qp_state state;
 	int err = 0;
 
+	if (qp->ud)
+		return shm_ud_post_recv(qp, wr, bad);	/* shm_ud_data.c */
 	ferry_lock(&qp->rq_lock);
 	state = __atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE);
 	if (state == FERRY_QPS_RESET) {

@@ -176,6 +176,11 @@ int verbs_qp_exchange_begin(struct ferry_qp *qp, int sock);
 int verbs_qp_exchange_step(struct ferry_qp *qp, uint32_t *peer_qpn);
 void verbs_qp_exchange_abort(struct ferry_qp *qp);
 
+/* verbs_ah.c: address handles, and the UD half of a send WR. */
+struct ferry_ah *verbs_create_ah(struct ferry_pd *pd, struct ferry_ah_attr *attr);
+int verbs_destroy_ah(struct ferry_ah *ah);
+void verbs_ud_wr_to_ibv(const struct ferry_send_wr *in, struct ibv_send_wr *out);
+
 /*
  * verbs_device_max_inline - the largest max_inline_data the device accepts
  * on an RC QP, probed once with throw-away QPs.

@@ -400,7 +400,7 @@ bool verbs_is_context(const struct ferry_context *ctx)
 
 const struct ferry_provider ferry_verbs_provider = {
 	.name = "verbs",
-	.qp_types = 1u << FERRY_QPT_UC,
+	.qp_types = 1u << FERRY_QPT_UC | 1u << FERRY_QPT_UD,
 	.get_devices = verbs_get_devices,
 	.open_device = verbs_open_device,
 	.close_device = verbs_close_device,
@@ -421,6 +421,8 @@ const struct ferry_provider ferry_verbs_provider = {
 	.req_notify_cq = verbs_req_notify_cq,
 	.ack_cq_events = verbs_ack_cq_events,
 	.poll_cq = verbs_poll_cq,
+	.create_ah = verbs_create_ah,
+	.destroy_ah = verbs_destroy_ah,
 	.create_qp = verbs_create_qp,
 	.modify_qp = verbs_modify_qp,
 	.query_qp = verbs_query_qp,

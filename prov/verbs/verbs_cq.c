@@ -128,7 +128,7 @@ static void verbs_wc_from_ibv(struct ferry_wc *out, const struct ibv_wc *in)
 	out->imm_data = (in->wc_flags & IBV_WC_WITH_IMM) ? in->imm_data : 0;
 	out->qp_num = in->qp_num;
 	out->src_qp = in->src_qp;
-	out->wc_flags = in->wc_flags & IBV_WC_WITH_IMM;
+	out->wc_flags = in->wc_flags & (IBV_WC_WITH_IMM | IBV_WC_GRH);
 	out->pkey_index = in->pkey_index;
 	out->slid = in->slid;
 	out->sl = in->sl;

@@ -24,7 +24,8 @@ _Static_assert((int)FERRY_SEND_FENCE == (int)IBV_SEND_FENCE && (int)FERRY_SEND_S
 	       (int)FERRY_SEND_SOLICITED == (int)IBV_SEND_SOLICITED && (int)FERRY_SEND_INLINE == (int)IBV_SEND_INLINE,
 	       "send flags differ from ibverbs");
 
-static void verbs_send_wr_to_ibv(const struct ferry_send_wr *in, struct ibv_send_wr *out)
+static void verbs_send_wr_to_ibv(const struct ferry_qp *qp, const struct ferry_send_wr *in,
+				 struct ibv_send_wr *out)
 {
 	out->wr_id = in->wr_id;
 	out->next = NULL;
@@ -33,6 +34,10 @@ static void verbs_send_wr_to_ibv(const struct ferry_send_wr *in, struct ibv_send
 	out->opcode = (enum ibv_wr_opcode)in->opcode;
 	out->send_flags = in->send_flags;
 	out->imm_data = in->imm_data;
+	if (qp->qp_type == FERRY_QPT_UD) {
+		verbs_ud_wr_to_ibv(in, out);	/* verbs_ah.c */
+		return;
+	}
 	switch (in->opcode) {
 	case FERRY_WR_ATOMIC_CMP_AND_SWP:
 	case FERRY_WR_ATOMIC_FETCH_AND_ADD:
@@ -46,6 +51,16 @@ static void verbs_send_wr_to_ibv(const struct ferry_send_wr *in, struct ibv_send
 		out->wr.rdma.rkey = in->wr.rdma.rkey;
 		break;
 	}
+}
+
+/* A UD chain whose every WR has an AH of ours (ibverbs would follow any
+ * pointer): checked whole, so that a bad one posts nothing. */
+static bool verbs_ud_chain_ok(const struct ferry_qp *qp, const struct ferry_send_wr *wr)
+{
+	for (; wr; wr = wr->next)
+		if (!ferry_ud_wr_ok(qp, wr))
+			return false;
+	return true;
 }
 
 /*
@@ -67,7 +82,8 @@ int verbs_post_send(struct ferry_qp *fqp, struct ferry_send_wr *wr,
 	struct ferry_send_wr *src[VERBS_WR_BATCH];
 	struct ibv_send_wr batch[VERBS_WR_BATCH];
 
-	if (!verbs_qp_takes_sends(fqp)) {
+	if (!verbs_qp_takes_sends(fqp) ||
+	    (fqp->qp_type == FERRY_QPT_UD && !verbs_ud_chain_ok(fqp, wr))) {
 		*bad = wr;
 		return ERR(EINVAL);
 	}
@@ -77,7 +93,7 @@ int verbs_post_send(struct ferry_qp *fqp, struct ferry_send_wr *wr,
 
 		for (; wr && n < VERBS_WR_BATCH; wr = wr->next, n++) {
 			src[n] = wr;
-			verbs_send_wr_to_ibv(wr, &batch[n]);
+			verbs_send_wr_to_ibv(fqp, wr, &batch[n]);
 			if (n > 0)
 				batch[n - 1].next = &batch[n];
 		}

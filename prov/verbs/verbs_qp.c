@@ -44,7 +44,7 @@ void verbs_qp_init_attr_to_ibv(const struct ferry_qp_init_attr *in,
 	out->cap.max_send_sge = in->cap.max_send_sge;
 	out->cap.max_recv_sge = in->cap.max_recv_sge;
 	out->cap.max_inline_data = in->cap.max_inline_data;
-	out->qp_type = in->qp_type == FERRY_QPT_UC ? IBV_QPT_UC : IBV_QPT_RC;
+	out->qp_type = (enum ibv_qp_type)in->qp_type;	/* RC, UC, UD: ibverbs' values */
 	out->sq_sig_all = in->sq_sig_all;
 }
 
@@ -66,7 +66,7 @@ static struct verbs_qp *verbs_qp_new(struct ferry_pd *pd, struct ibv_qp *ibv,
 	qp->qp.handle = ibv->handle;
 	qp->qp.qp_num = ibv->qp_num;
 	qp->qp.state = FERRY_QPS_RESET;
-	qp->qp.qp_type = attr->qp_type == FERRY_QPT_UC ? FERRY_QPT_UC : FERRY_QPT_RC;
+	qp->qp.qp_type = attr->qp_type;
 	return qp;
 }
 

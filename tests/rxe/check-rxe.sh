@@ -4,8 +4,9 @@
 # tests/rxe/Makefile.inc: make check-rxe, make check-siw).
 #
 #   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm sock interop
-#                                          rsocket pingpong; default: all
-#                                          of them on rxe, cm interop on siw)
+#                                          rsocket pingpong ud; default:
+#                                          all of them on rxe, cm interop
+#                                          on siw)
 #
 # On an iWARP device (siw0) four stages cannot hold, and skip saying why:
 # unit, whose suites join QPs with ferry_qp_exchange and a manual RTR (on
@@ -28,6 +29,8 @@
 #          ibv_uc_pingpong, both directions (tests/rxe/interop-pingpong.sh),
 #          and the suite join (QPs joined out of band) with
 #          FERRY_TRANSPORT=verbs.
+# ud:      examples/ud_pingpong against rdma-core's ibv_ud_pingpong, each as
+#          the server of the other, over the IPv4 GID (tests/ud-pingpong.sh).
 # Prints one line per check and a closing "N passed, N failed, N skipped".
 # Exit status 0 when nothing failed, 1 otherwise, 77 when not in an RDMA VM.
 # Run it from the build tree (make check-rxe does): the programs are there
@@ -66,7 +69,7 @@ export FERRY_TRANSPORT=verbs
 
 # Suites whose tests hold for every provider.  hostile and peer are about
 # shm's shared memory and its peer-death detection; they stay on shm.
-UNIT_SUITES="objects query qp_state ops errors rnr flush channel"
+UNIT_SUITES="objects query qp_state ops errors rnr flush channel ud"
 CM_SUITES="cm cm_robust"
 
 run_suite() {
@@ -89,6 +92,7 @@ iwarp_reason() {
 	unit) echo "its suites join QPs with ferry_qp_exchange (a manual RTR): on iWARP only iw_cm connects a QP" ;;
 	sock|rsocket) echo "ferry's stream sockets use WRITE_WITH_IMM; rsocket's iWARP mode (without it) is not in ferry" ;;
 	pingpong) echo "its QPs are joined out of band: on iWARP only iw_cm connects a QP, and there is no UC" ;;
+	ud) echo "iWARP has no unreliable datagrams" ;;
 	esac
 }
 
@@ -146,10 +150,34 @@ stage_pingpong() {
 	run_suite join
 }
 
+# The index of rxe0's RoCE v2 GID of the VM's IPv4 address (::ffff:a.b.c.d).
+ud_gid_index() {
+	for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+		n=${f##*/}
+		t=$(cat "/sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$n" 2>/dev/null)
+		case "$(cat "$f" 2>/dev/null):$t" in
+		0000:0000:0000:0000:0000:ffff:*"RoCE v2") echo "$n"; return ;;
+		esac
+	done
+	echo 1
+}
+
+# ferry's ud_pingpong and rdma-core's ibv_ud_pingpong, each as server of the other.
+stage_ud() {
+	log=/tmp/check-rxe-ud.log
+	FERRY_UDPP_INTEROP=1 FERRY_UDPP_GID=$(ud_gid_index) timeout 600 \
+		"$srcdir/tests/ud-pingpong.sh" > "$log" 2>&1
+	case $? in
+	0) pass "ud: $(grep -c PASS "$log") ping-pongs (ferry and ibv_ud_pingpong both ways)" ;;
+	77) skip "ud: $(tail -n 1 "$log")" ;;
+	*) fail "ud: ud_pingpong <-> ibv_ud_pingpong"; tail -n 30 "$log" ;;
+	esac
+}
+
 if [ "$iwarp" = 1 ]; then
 	stages=${*:-cm interop}
 else
-	stages=${*:-unit cm sock interop rsocket pingpong}
+	stages=${*:-unit cm sock interop rsocket pingpong ud}
 fi
 for st in $stages; do
 	why=$(iwarp_reason "$st")
@@ -164,6 +192,7 @@ for st in $stages; do
 	interop) stage_interop ;;
 	rsocket) stage_rsocket ;;
 	pingpong) stage_pingpong ;;
+	ud) stage_ud ;;
 	*) echo "check-rxe: unknown stage $st"; exit 2 ;;
 	esac
 done
