@@ -113,6 +113,18 @@ client() {
 	pids+=("$cpid")
 }
 
+# connected LOG...: until each log says its side is connected (30 s at most).
+connected() {
+	local i log
+	for log in "$@"; do
+		for ((i = 0; i < 300; i++)); do
+			grep -q "^tcp_mix: connected" "$log" && break
+			sleep 0.1
+		done
+		grep -q "^tcp_mix: connected" "$log" || return 1
+	done
+}
+
 # impair: netem on both ends, or nftables loss, or nothing; sets $impaired.
 impair() {
 	local ns dev
@@ -167,6 +179,7 @@ note "impairment: $impaired"
 server 7302 "$tmp/mix.server" -S 16 -n "$mix_bytes"
 start=$(date +%s.%N)
 client 7302 "$tmp/mix.client" -S 16 -n "$mix_bytes"
+connected "$tmp/mix.client" || fail "the client did not connect: $(cat "$tmp/mix.client")"
 sleep 1
 if kill -0 "$cpid" 2>/dev/null; then
 	in_ns "$ns2" ip link set dev "$if2" down
@@ -196,6 +209,8 @@ kill_one() {
 	local victim=$1 port=$2 vpid survivor slog t_kill t_lost ms
 	server "$port" "$tmp/kill-$victim.server" -k -n 0
 	client "$port" "$tmp/kill-$victim.client" -k -n 0
+	connected "$tmp/kill-$victim.server" "$tmp/kill-$victim.client" ||
+		{ fail "kill $victim: no connection: $(cat "$tmp/kill-$victim".*)"; return; }
 	sleep 2
 	if [ "$victim" = server ]; then
 		vpid=$spid survivor=$cpid slog="$tmp/kill-$victim.client"

@@ -968,6 +968,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	rc = mix.server ? mix_server_connect(&mix) : mix_client_connect(&mix);
+	if (rc == 0) {
+		/* For the scripts: faults are to come once the transfer is on. */
+		printf("tcp_mix: connected\n");
+		fflush(stdout);
+	}
 	if (rc == 0)
 		rc = mix.server ? mix_server_run(&mix) : mix_client_run(&mix);
 	if (rc && mix.lost && mix.expect_lost)
