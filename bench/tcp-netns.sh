@@ -14,7 +14,8 @@
 #   -b BUILDDIR   where tools/ferry-perf was built (default: the source tree)
 #   FERRY-PERF-OPTIONS are the client's, after the defaults
 #   (-t lat,bw -o write_imm,send,read,write), e.g. --block, -n 50000.
-# Needs root and ip(8) with netns.  Each run is limited to 300 s.
+# Needs root and ip(8) with netns.  Each run is limited to 900 s (busy
+# polling on a small, loaded machine makes rows slow: see README).
 set -eu
 
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
 	    outdir=$2; shift ;;
 	-b) [ $# -ge 2 ] || { echo "tcp-netns.sh: -b needs a directory" >&2; exit 2; }
 	    builddir=$2; shift ;;
-	-h|--help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	--) shift; break ;;
 	*) echo "tcp-netns.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
 	esac
@@ -71,10 +72,10 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -
 		"-o write_imm,send,read,write $*"
 } >"$table"
 
-ip netns exec "$ns1" timeout 300 "$perf" -s -a "$a1" -P "$port" 2>"$table.server" &
+ip netns exec "$ns1" timeout 900 "$perf" -s -a "$a1" -P "$port" 2>"$table.server" &
 spid=$!
 status=0
-ip netns exec "$ns2" timeout 300 "$perf" -c -a "$a1" -P "$port" -t lat,bw \
+ip netns exec "$ns2" timeout 900 "$perf" -c -a "$a1" -P "$port" -t lat,bw \
 	-o write_imm,send,read,write "$@" >>"$table" || status=$?
 wait "$spid" || status=${status:-1}
 spid=
