@@ -34,6 +34,9 @@ PACKAGES=(
 	# the test suite: Check unit tests and the valgrind stage; tshark reads
 	# the tcp transport's iWARP frames back (tests/tcp_wire_tshark.sh)
 	check valgrind tshark
+	# tests/tcp-netns-faults.sh: packet loss between two network namespaces
+	# where the kernel has no netem (tc's netem comes with iproute2)
+	nftables
 	# the Soft-RoCE VM of the verbs tests (tests/rxe/rxe-vm.sh): qemu, a busybox
 	# initramfs, the kernel's modules, the rdma tools the VM borrows from this host
 	qemu-system-x86 busybox-static cpio kmod ibverbs-utils iproute2

@@ -5,8 +5,9 @@
 # unset, so the CM must pick tcp itself (neither shm nor verbs serves the
 # other namespace's address).  Both ways, each with validation (-V);
 # then with the server, and then the client, killed by SIGKILL mid-run:
-# the survivor must end (an error, not a hang) within a bound.  Needs
-# root and ip(8) with netns; skips otherwise.
+# the survivor must end (an error, not a hang) within a bound; and
+# ferry-perf's address form between the two.  Needs root and ip(8) with
+# netns; skips otherwise.
 set -u
 
 prog="tcp-netns.sh"
@@ -131,6 +132,31 @@ bounded_wait "$spid" "$run_s"
 rc=$?
 [ "$rc" = 124 ] && fail "the server did not end within ${run_s}s of its client's SIGKILL"
 
+# ferry-perf's address form across the namespaces: the ferry rows go
+# through the CM (tcp), the tcp rows the same path, both in one table.
+perf=./tools/ferry-perf
+if [ -x "$perf" ]; then
+	ip netns exec "$ns1" timeout "$run_s" "$perf" -s -a "$a1" -P 7178 >"$tmp/perf.server" 2>&1 &
+	pids+=($!)
+	spid=$!
+	if ! in_ns "$ns2" timeout "$run_s" "$perf" -c -a "$a1" -P 7178 -t lat,bw -o write_imm,read \
+		-n 200 -D 0.05 >"$tmp/perf.client" 2>&1; then
+		fail "ferry-perf -c -a: $(cat "$tmp/perf.client")"
+	fi
+	bounded_wait "$spid" "$run_s" || fail "ferry-perf -s -a: $(cat "$tmp/perf.server")"
+	for row in "lat +write_imm +ferry-cm" "lat +read +ferry-cm" "lat +send +tcp" \
+		"bw +write_imm +ferry-cm" "bw +read +ferry-cm" "bw +send +tcp" \
+		"ferry-cm read 64 KiB bw / tcp 64 KiB bw"; do
+		grep -qE "^ *$row" "$tmp/perf.client" ||
+			fail "ferry-perf -a: no row '$row': $(cat "$tmp/perf.client")"
+	done
+	# every bw row carries both ends' CPU time per GB, a positive number
+	awk '$1 == "bw" && !($NF > 0) { bad = 1 } END { exit bad }' "$tmp/perf.client" ||
+		fail "ferry-perf -a: a bw row without its cpu s/GB: $(grep ^bw "$tmp/perf.client")"
+	"$perf" --local -a "$a1" >/dev/null 2>&1
+	[ $? = 2 ] || fail "ferry-perf --local -a was not refused as bad arguments"
+fi
+
 [ "$failed" = 0 ] && echo "$prog: PASS: ferry-ping over tcp both ways between namespaces," \
-	"and a SIGKILLed peer ends the other side"
+	"a SIGKILLed peer ends the other side, ferry-perf -a across them"
 exit "$failed"

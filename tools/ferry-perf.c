@@ -26,6 +26,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 
 #include "perf.h"
 
@@ -58,6 +59,8 @@ static void perf_usage(FILE *out)
 "Usage: ferry-perf --local [OPTIONS]     fork a server and a client here\n"
 "       ferry-perf -s [-p NAME]          serve one client\n"
 "       ferry-perf -c [-p NAME] [OPTIONS] run the tests against a server\n"
+"       ferry-perf -s -a ADDR [-P PORT]  serve one client on another host\n"
+"       ferry-perf -c -a ADDR [-P PORT] [OPTIONS]\n"
 "\n"
 "Latency (ping-pong round trip: min, p50, p99 in microseconds) and\n"
 "throughput (Gbit/s) of ferry's verbs over the shm transport, and of ferry's\n"
@@ -73,6 +76,12 @@ static void perf_usage(FILE *out)
 "  -s, --server           wait for one client on the abstract socket NAME\n"
 "  -c, --client           connect to a server on the abstract socket NAME\n"
 "  -p, --name NAME        abstract AF_UNIX name (default \"ferry-perf\")\n"
+"  -a, --addr ADDR        the address form, between hosts: the server's IPv4\n"
+"                         address; ferry goes through the CM (its tcp\n"
+"                         transport to another host), and the tcp rows go\n"
+"                         the same path; verbs rows only (ferry-cm, tcp)\n"
+"  -P, --port PORT        the address form: the CM's port (default 7480);\n"
+"                         the control connection uses PORT+1\n"
 "\n"
 "What to measure (the client decides; a server ignores these):\n"
 "  -t, --test LIST        lat,bw,rate,connect or all (default all); rate\n"
@@ -240,6 +249,8 @@ static const struct option perf_long_opts[] = {
 	{ "server", no_argument, NULL, 's' },
 	{ "client", no_argument, NULL, 'c' },
 	{ "name", required_argument, NULL, 'p' },
+	{ "addr", required_argument, NULL, 'a' },
+	{ "port", required_argument, NULL, 'P' },
 	{ "test", required_argument, NULL, 't' },
 	{ "op", required_argument, NULL, 'o' },
 	{ "transport", required_argument, NULL, 'T' },
@@ -306,6 +317,8 @@ static void perf_parse_opt(struct perf_opts *o, int c, const char *arg)
 			perf_bad_arg("-p: the name must have 1 to 100 characters");
 		o->name = arg;
 		break;
+	case 'a': o->addr = arg; break;
+	case 'P': o->port = (uint16_t)perf_parse_long(arg, "-P", 1, 65534); break;
 	case 't': o->tests = perf_parse_list("-t", arg, tests, test_bits, 5); break;
 	case 'o': o->ops = perf_parse_list("-o", arg, ops, op_bits, 10); break;
 	case 'T': o->transports = perf_parse_list("-T", arg, trs, tr_bits, 11); break;
@@ -351,6 +364,31 @@ static void perf_parse_opt(struct perf_opts *o, int c, const char *arg)
 	}
 }
 
+/*
+ * The address form has the verbs-style rows of ferry (through the CM) and
+ * of kernel TCP: the yardsticks of one host, the stream rows' workers and
+ * the shim do not cross hosts.
+ */
+static void perf_check_addr_form(struct perf_opts *o)
+{
+	const unsigned int allowed = (1u << PERF_TR_FERRY) | (1u << PERF_TR_TCP);
+	struct in_addr in;
+
+	if (o->role == PERF_ROLE_LOCAL)
+		perf_bad_arg("-a is for -s and -c (--local forks both here)");
+	if (inet_pton(AF_INET, o->addr, &in) != 1)
+		perf_bad_arg("-a: '%s' is not an IPv4 address", o->addr);
+	if (!o->transports)
+		o->transports = allowed;
+	if (o->transports & ~allowed)
+		perf_bad_arg("-a: only the ferry and tcp rows run between hosts");
+	if ((o->ops & PERF_STREAM_OP) && !(o->ops & PERF_ALL_FERRY_OPS))
+		perf_bad_arg("-a: the stream rows do not run between hosts");
+	o->ops &= ~PERF_STREAM_OP;
+	if (o->plot)
+		perf_bad_arg("-a: --plot is for the stream rows");
+}
+
 static void perf_parse_args(struct perf_opts *o, int argc, char **argv)
 {
 	int c;
@@ -369,7 +407,8 @@ static void perf_parse_args(struct perf_opts *o, int argc, char **argv)
 	o->tests = PERF_ALL_TESTS;
 	o->ops = PERF_ALL_FERRY_OPS | PERF_STREAM_OP;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":lscp:t:o:T:S:n:w:B:D:d:jh",
+	o->port = 7480;
+	while ((c = getopt_long(argc, argv, ":lscp:a:P:t:o:T:S:n:w:B:D:d:jh",
 				perf_long_opts, NULL)) != -1) {
 		if (c == '?')
 			perf_bad_arg("unknown option '%s'", argv[optind - 1]);
@@ -386,6 +425,10 @@ static void perf_parse_args(struct perf_opts *o, int argc, char **argv)
 	if (o->signal_every > o->sq_depth)
 		perf_bad_arg("--signal-every %d is larger than the depth %d",
 			     o->signal_every, o->sq_depth);
+	if (o->addr) {
+		perf_check_addr_form(o);
+		return;
+	}
 	if (!o->transports)
 		o->transports = o->role == PERF_ROLE_LOCAL ?
 				(1u << PERF_TR_COUNT) - 1 : 1u << PERF_TR_FERRY;
@@ -772,6 +815,27 @@ static void perf_abstract_addr(const char *name, struct sockaddr_un *sun,
 	*len_p = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
 }
 
+/* The address form's two sides (the connections: perf_net.c). */
+static void perf_net_setup(const struct perf_opts *o)
+{
+	if (!perf_tcp_set_addr(o->addr))
+		perf_die("-a: '%s' is not an IPv4 address", o->addr);
+	perf_transport_rename_ferry("ferry-cm");
+	perf_report_set_network(true);
+}
+
+static int perf_run_net_server(const struct perf_opts *o)
+{
+	int ctrl, rc;
+
+	perf_net_setup(o);
+	ctrl = perf_net_server_start(o);
+	perf_pin_self(o->no_pin ? -1 : o->cpu_self);
+	rc = perf_session_server(o, ctrl, -1);
+	close(ctrl);
+	return rc;
+}
+
 static int perf_run_server(const struct perf_opts *o)
 {
 	struct sockaddr_un sun;
@@ -779,6 +843,8 @@ static int perf_run_server(const struct perf_opts *o)
 	int lfd, ctrl, fsock, rc;
 
 	perf_role_name = "server";
+	if (o->addr)
+		return perf_run_net_server(o);
 	perf_abstract_addr(o->name, &sun, &len);
 	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (lfd < 0)
@@ -826,21 +892,34 @@ static int perf_connect_abstract(const char *name)
 
 static int perf_run_client(const struct perf_opts *o, const struct perf_plan *plan)
 {
-	char cpus[64];
-	int ctrl, fsock, rc;
+	char cpus[64], where[128], note[160];
+	int ctrl, fsock = -1, rc;
 
-	ctrl = perf_connect_abstract(o->name);
-	fsock = perf_connect_abstract(o->name);
+	if (o->addr) {
+		perf_net_setup(o);
+		ctrl = perf_net_client_start(o);
+		snprintf(where, sizeof(where), "-c -a %s -P %u", o->addr, o->port);
+		snprintf(note, sizeof(note),
+			 "ferry through the CM to %s port %u (its tcp transport for another host); tcp: kernel TCP to %s",
+			 o->addr, o->port, o->addr);
+	} else {
+		ctrl = perf_connect_abstract(o->name);
+		fsock = perf_connect_abstract(o->name);
+		snprintf(where, sizeof(where), "-c");
+	}
 	perf_pin_self(o->no_pin ? -1 : o->cpu_self);
 	if (o->cpu_self >= 0 && !o->no_pin)
 		snprintf(cpus, sizeof(cpus), "client pinned to cpu %d", o->cpu_self);
 	else
 		snprintf(cpus, sizeof(cpus), "client not pinned");
-	perf_banner(o, "-c", cpus);
+	perf_banner(o, where, cpus);
 	perf_plan_notes(plan);
+	if (o->addr)
+		perf_report_note("ferry-cm", note);
 	rc = perf_session_client(o, ctrl, fsock, plan->rows, plan->nrows);
 	close(ctrl);
-	close(fsock);
+	if (fsock >= 0)
+		close(fsock);
 	if (rc == 0)
 		perf_report_ratios();
 	if (rc == 0 && o->plot)

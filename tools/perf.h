@@ -76,6 +76,8 @@ struct perf_opts {
 	enum perf_role role;
 	bool role_given;
 	const char *name;		/* abstract AF_UNIX name */
+	const char *addr;		/* -a: the address form (perf_net.c) */
+	uint16_t port;			/* -P: the CM's port; control: +1 */
 	size_t sizes[PERF_MAX_SIZES];
 	int nsizes;			/* 0: 64 B for lat, 64 KiB for bw */
 	unsigned int tests;		/* 1 << enum perf_test */
@@ -132,6 +134,7 @@ struct perf_msg {
 	double seconds;			/* TEST (bw): time budget */
 	uint32_t stream;		/* HELLO: stream rows follow */
 	uint32_t skipped;		/* READY (stream): the server could not listen */
+	uint64_t cpu_ns;		/* DONE (bw): the server's CPU time in the row */
 };
 
 /* One row of the report. */
@@ -150,6 +153,7 @@ struct perf_result {
 					 * run in turns with the other rows of
 					 * its test (see perf_report_row) */
 	double round_p50_us[PERF_MAX_ROUNDS];	/* lat: each round's p50 */
+	double cpu_s_per_gb;		/* bw: both ends' CPU time per 10^9 bytes */
 	bool skipped;			/* stream row not run: see note */
 	char note[96];			/* why it was skipped */
 };
@@ -198,6 +202,8 @@ void perf_pin_self(int cpu);
 const char *perf_test_name(enum perf_test test);
 const char *perf_op_name(enum perf_op op);
 const char *perf_transport_name(enum perf_transport tr);
+/* Another name for PERF_TR_FERRY's rows ("ferry-cm" in the address form). */
+void perf_transport_rename_ferry(const char *name);
 const char *perf_mode_name(enum perf_mode mode);
 void perf_format_size(char *buf, size_t len, size_t size);
 void perf_row_to_msg(const struct perf_row *row, struct perf_msg *msg);
@@ -220,6 +226,8 @@ void perf_report_begin(bool json, const char *banner, const char *cpus);
 void perf_report_row(const struct perf_result *res);
 void perf_report_note(const char *transport, const char *note);
 void perf_report_ratios(void);
+/* The address form: the ferry rows are ferry-cm, the targets issue 16's. */
+void perf_report_set_network(bool network);
 /* The rows reported so far (for the plot). */
 const struct perf_result *perf_report_rows(int *n_p);
 bool perf_report_is_json(void);
@@ -314,9 +322,37 @@ void perf_ferry_client(struct perf_ferry *pf, const struct perf_row *row,
 		       int ctrl_fd, struct perf_result *res);
 uint64_t perf_ferry_server(struct perf_ferry *pf, const struct perf_row *row);
 void perf_ferry_close(struct perf_ferry *pf);
+struct ferry_cm_id;
+struct perf_ferry *perf_ferry_open_cm(struct ferry_cm_id *id, size_t buf_size,
+				      int sq_depth, int signal_every, int inline_max,
+				      int ctrl_fd);
 
-/* --- perf_tcp.c: kernel TCP loopback --- */
+/*
+ * --- perf_net.c: the address form, -s/-c -a ADDR [-P PORT]: between two
+ * hosts.  The control connection is kernel TCP to ADDR port PORT+1, the
+ * ferry one goes through the CM to ADDR port PORT (so the tcp transport to
+ * another host), the tcp rows on ADDR too.
+ */
 
+/* Server: listen on the CM (first, so that a client never finds it not
+ * yet there), then take the control connection. */
+int perf_net_server_start(const struct perf_opts *opts);
+/* Client: the control connection (retried while the server starts). */
+int perf_net_client_start(const struct perf_opts *opts);
+/* Both: the session's ferry connection (the server accepts, the client
+ * connects), its objects made on the CM's device. */
+struct perf_ferry *perf_net_ferry_open(const struct perf_opts *opts,
+				       const struct perf_msg *hello, int ctrl_fd);
+/* Before perf_ferry_close: the disconnect; after it, the CM ids freed. */
+void perf_net_disconnect(void);
+void perf_net_close(void);
+/* The CPU time of this process (every thread) so far, in ns. */
+uint64_t perf_cpu_ns(void);
+
+/* --- perf_tcp.c: kernel TCP loopback (or the address form's path) --- */
+
+/* The rows' IPv4 address (default 127.0.0.1); false if @addr is not one. */
+bool perf_tcp_set_addr(const char *addr);
 int perf_tcp_listen(uint16_t *port_p);
 void perf_tcp_client(uint16_t port, const struct perf_row *row, void *buf,
 		     int ctrl_fd, struct perf_result *res);

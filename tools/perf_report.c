@@ -19,6 +19,7 @@ static struct {
 	bool json;
 	const char *cpus;
 	bool stream_seen;		/* the stream section's heading is out */
+	bool network;			/* the address form: issue 16's targets */
 	struct perf_result rows[PERF_REPORT_MAX_ROWS];
 	int nrows;
 } report;
@@ -58,6 +59,11 @@ void perf_bw_result(struct perf_result *res, uint64_t bytes, uint64_t msgs,
 	res->mmsg_s = msgs / sec / 1e6;
 }
 
+void perf_report_set_network(bool network)
+{
+	report.network = network;
+}
+
 void perf_report_begin(bool json, const char *banner, const char *cpus)
 {
 	report.json = json;
@@ -65,9 +71,11 @@ void perf_report_begin(bool json, const char *banner, const char *cpus)
 	if (json)
 		return;
 	printf("# %s\n", banner);
-	printf("%-7s %-9s %-11s %-5s %5s %9s %9s %9s %9s %9s %9s\n",
+	/* CPU per GB: both ends' getrusage, measured in the address form */
+	printf("%-7s %-9s %-11s %-5s %5s %9s %9s %9s %9s %9s %9s%s\n",
 	       "test", "op", "transport", "mode", "size",
-	       "p50 us", "min us", "p99 us", "Gbit/s", "Mmsg/s", "conn/s");
+	       "p50 us", "min us", "p99 us", "Gbit/s", "Mmsg/s", "conn/s",
+	       report.network ? "  cpu s/GB" : "");
 	fflush(stdout);
 }
 
@@ -112,9 +120,9 @@ static void perf_report_json(const struct perf_result *r)
 		       r->mmsg_s * 1e6, r->gbit_s, (unsigned long long)r->bytes,
 		       r->seconds);
 	else
-		printf("\"gbit_s\":%.3f,\"mmsg_s\":%.4f,\"bytes\":%llu,\"seconds\":%.4f,",
-		       r->gbit_s, r->mmsg_s, (unsigned long long)r->bytes,
-		       r->seconds);
+		printf("\"gbit_s\":%.3f,\"mmsg_s\":%.4f,\"bytes\":%llu,\"seconds\":%.4f,"
+		       "\"cpu_s_per_gb\":%.4f,", r->gbit_s, r->mmsg_s,
+		       (unsigned long long)r->bytes, r->seconds, r->cpu_s_per_gb);
 	printf("\"rounds\":%u,\"cpus\":\"%s\"}\n", r->rounds ? r->rounds : 1, report.cpus);
 }
 
@@ -138,6 +146,9 @@ static void perf_report_human(const struct perf_result *r)
 	else if (r->test == PERF_TEST_CONNECT)
 		printf("%9s %9s %9s %9s %9s %9.0f\n", "-", "-", "-", "-", "-",
 		       r->conn_s);
+	else if (report.network && r->cpu_s_per_gb > 0)
+		printf("%9s %9s %9s %9.2f %9.3f %9s %10.3f\n", "-", "-", "-", r->gbit_s,
+		       r->mmsg_s, "-", r->cpu_s_per_gb);
 	else
 		printf("%9s %9s %9s %9.2f %9.3f %9s\n", "-", "-", "-", r->gbit_s,
 		       r->mmsg_s, "-");
@@ -170,6 +181,10 @@ static void perf_round_add(struct perf_result *acc, const struct perf_result *re
 	if (res->round < PERF_MAX_ROUNDS)
 		acc->round_p50_us[res->round] = res->p50_us;
 	if (res->round > 0) {
+		if (acc->bytes + res->bytes)	/* weighed by the bytes moved */
+			acc->cpu_s_per_gb = (acc->cpu_s_per_gb * (double)acc->bytes +
+					     res->cpu_s_per_gb * (double)res->bytes) /
+					    (double)(acc->bytes + res->bytes);
 		acc->iters += res->iters;
 		acc->bytes += res->bytes;
 		acc->seconds += res->seconds;
@@ -271,6 +286,7 @@ enum perf_metric {
 	PERF_METRIC_GBIT,		/* gbit_s */
 	PERF_METRIC_MSG,		/* messages per second */
 	PERF_METRIC_CONN,		/* connections per second */
+	PERF_METRIC_CPU,		/* CPU seconds per GB */
 };
 
 /* One target of the issue: value = num / den, met when on the right side. */
@@ -289,6 +305,7 @@ static double perf_metric_value(const struct perf_result *r, enum perf_metric m)
 	case PERF_METRIC_GBIT: return r->gbit_s;
 	case PERF_METRIC_MSG: return r->mmsg_s;
 	case PERF_METRIC_CONN: return r->conn_s;
+	case PERF_METRIC_CPU: return r->cpu_s_per_gb;
 	default: return r->p50_us;
 	}
 }
@@ -438,6 +455,53 @@ static int perf_preload_ratios(struct perf_ratio *q)
 	return 5;
 }
 
+/*
+ * The address form's targets (issue 16): ferry through the CM (the tcp
+ * transport, to another host) beside kernel TCP on the same path.
+ */
+static void perf_network_ratios(void)
+{
+	const struct perf_result *tcp_rtt, *tcp_bw;
+	struct perf_ratio q[6];
+	size_t i;
+
+	tcp_rtt = perf_report_find(PERF_TEST_LAT, -1, PERF_TR_TCP, PERF_MODE_BLOCK, 64);
+	tcp_bw = perf_report_find(PERF_TEST_BW, -1, PERF_TR_TCP, PERF_MODE_BLOCK, 65536);
+#define PERF_NET_ROW(test, op, size) \
+	perf_report_find(test, op, PERF_TR_FERRY, PERF_MODE_BUSY, size)
+	q[0] = (struct perf_ratio){ "net_ferry_write_imm_rtt_per_tcp_rtt",
+		"ferry-cm write_imm 64 B busy rtt / tcp 64 B rtt",
+		PERF_NET_ROW(PERF_TEST_LAT, PERF_OP_WRITE_IMM, 64), tcp_rtt,
+		PERF_METRIC_RTT, true, 1.3 };
+	q[1] = (struct perf_ratio){ "net_ferry_send_rtt_per_tcp_rtt",
+		"ferry-cm send 64 B busy rtt / tcp 64 B rtt",
+		PERF_NET_ROW(PERF_TEST_LAT, PERF_OP_SEND, 64), tcp_rtt,
+		PERF_METRIC_RTT, true, 1.3 };
+	q[2] = (struct perf_ratio){ "net_ferry_read_rtt_per_tcp_rtt",
+		"ferry-cm read 64 B busy rtt / tcp 64 B rtt",
+		PERF_NET_ROW(PERF_TEST_LAT, PERF_OP_READ, 64), tcp_rtt,
+		PERF_METRIC_RTT, true, 0 };
+	q[3] = (struct perf_ratio){ "net_ferry_write_bw_per_tcp_bw",
+		"ferry-cm write 64 KiB bw / tcp 64 KiB bw",
+		PERF_NET_ROW(PERF_TEST_BW, PERF_OP_WRITE, 65536), tcp_bw,
+		PERF_METRIC_GBIT, false, 0.8 };
+	q[4] = (struct perf_ratio){ "net_ferry_read_bw_per_tcp_bw",
+		"ferry-cm read 64 KiB bw / tcp 64 KiB bw",
+		PERF_NET_ROW(PERF_TEST_BW, PERF_OP_READ, 65536), tcp_bw,
+		PERF_METRIC_GBIT, false, 0.8 };
+	q[5] = (struct perf_ratio){ "net_ferry_write_cpu_per_tcp_cpu",
+		"ferry-cm write 64 KiB cpu s/GB / tcp's",
+		PERF_NET_ROW(PERF_TEST_BW, PERF_OP_WRITE, 65536), tcp_bw,
+		PERF_METRIC_CPU, true, 0 };
+#undef PERF_NET_ROW
+	if (!report.json)
+		printf("\nratios (this run; p50 for latency; issue 16's targets):\n");
+	for (i = 0; i < sizeof(q) / sizeof(q[0]); i++)
+		if (q[i].num && q[i].den)
+			perf_ratio_print(&q[i]);
+	fflush(stdout);
+}
+
 void perf_report_ratios(void)
 {
 	const struct perf_result *ferry_busy, *ferry_block, *bare, *tcp;
@@ -446,6 +510,10 @@ void perf_report_ratios(void)
 	size_t i, g, n = 4, groups[4];
 	bool any;
 
+	if (report.network) {
+		perf_network_ratios();
+		return;
+	}
 	ferry_busy = perf_report_find(PERF_TEST_LAT, PERF_OP_WRITE_IMM,
 				      PERF_TR_FERRY, PERF_MODE_BUSY, 64);
 	ferry_block = perf_report_find(PERF_TEST_LAT, PERF_OP_WRITE_IMM,

@@ -81,6 +81,10 @@ static int perf_bare_create(struct perf_session *s)
 
 static void perf_session_open_ferry(struct perf_session *s, const struct perf_msg *hello)
 {
+	if (s->opts->addr) {	/* the address form: through the CM */
+		s->ferry = perf_net_ferry_open(s->opts, hello, s->ctrl_fd);
+		return;
+	}
 	s->ferry = perf_ferry_open(s->max_size, (int)hello->sq_depth,
 				   (int)hello->signal_every,
 				   (int)hello->inline_max, s->ctrl_fd);
@@ -89,8 +93,12 @@ static void perf_session_open_ferry(struct perf_session *s, const struct perf_ms
 
 static void perf_session_close(struct perf_session *s)
 {
+	if (s->opts->addr)
+		perf_net_disconnect();
 	if (s->ferry)
 		perf_ferry_close(s->ferry);
+	if (s->opts->addr)
+		perf_net_close();
 	if (s->bare) {
 		perf_bare_detach(s->bare);
 		munmap(s->bare_map, s->bare_map_size);
@@ -151,6 +159,7 @@ static void perf_client_row(struct perf_session *s, const struct perf_row *row,
 			    struct perf_result *res)
 {
 	struct perf_msg msg;
+	uint64_t cpu_ns;
 	void *src, *dst;
 
 	memset(res, 0, sizeof(*res));
@@ -182,6 +191,7 @@ static void perf_client_row(struct perf_session *s, const struct perf_row *row,
 	perf_row_to_msg(row, &msg);
 	perf_msg_send(s->ctrl_fd, &msg, -1);
 	perf_msg_recv(s->ctrl_fd, &msg, PERF_MSG_READY, NULL);
+	cpu_ns = perf_cpu_ns();
 	switch (row->transport) {
 	case PERF_TR_FERRY:
 		perf_ferry_client(s->ferry, row, s->ctrl_fd, res);
@@ -193,10 +203,13 @@ static void perf_client_row(struct perf_session *s, const struct perf_row *row,
 		perf_bare_client(s->bare, row, s->scratch, s->ctrl_fd, res);
 		break;
 	}
+	cpu_ns = perf_cpu_ns() - cpu_ns;
 	memset(&msg, 0, sizeof(msg));
 	msg.type = PERF_MSG_FINISH;
 	perf_msg_send(s->ctrl_fd, &msg, -1);
 	perf_msg_recv(s->ctrl_fd, &msg, PERF_MSG_DONE, NULL);
+	if (row->test == PERF_TEST_BW && res->bytes)
+		res->cpu_s_per_gb = (double)(cpu_ns + msg.cpu_ns) / (double)res->bytes;
 	if (row->transport == PERF_TR_FERRY && row->test == PERF_TEST_BW &&
 	    (row->op == PERF_OP_SEND || row->op == PERF_OP_WRITE_IMM) &&
 	    msg.value != res->iters)
@@ -211,11 +224,11 @@ static bool perf_server_row(struct perf_session *s)
 	struct perf_msg msg;
 	struct perf_row row;
 	char what[96];
-	uint64_t value = 0;
+	uint64_t value = 0, cpu_ns;
 	ssize_t n;
 
 	do
-		n = recv(s->ctrl_fd, &msg, sizeof(msg), 0);
+		n = recv(s->ctrl_fd, &msg, sizeof(msg), MSG_WAITALL);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		perf_die_errno("recv (control socket)");
@@ -247,6 +260,7 @@ static bool perf_server_row(struct perf_session *s)
 			 perf_transport_name(row.transport));
 	msg.type = PERF_MSG_READY;
 	perf_msg_send(s->ctrl_fd, &msg, -1);
+	cpu_ns = perf_cpu_ns();
 	if (row.op == PERF_OP_STREAM)
 		value = perf_stream_server_wait(s->spawner);
 	else if (row.transport == PERF_TR_FERRY)
@@ -256,9 +270,12 @@ static bool perf_server_row(struct perf_session *s)
 	else
 		perf_bare_server(s->bare, &row, s->scratch, s->ctrl_fd);
 	perf_msg_recv(s->ctrl_fd, &msg, PERF_MSG_FINISH, NULL);
+	/* up to FINISH: a server's part may end before its client's */
+	cpu_ns = perf_cpu_ns() - cpu_ns;
 	memset(&msg, 0, sizeof(msg));
 	msg.type = PERF_MSG_DONE;
 	msg.value = value;
+	msg.cpu_ns = cpu_ns;
 	perf_msg_send(s->ctrl_fd, &msg, -1);
 	perf_watchdog_disarm();
 	return true;

@@ -1,6 +1,8 @@
 /*
  * perf_tcp.c - the kernel TCP loopback rows: a ping-pong of row->size bytes
- * each way and a one-way stream, TCP_NODELAY, plain blocking syscalls.  One
+ * each way and a one-way stream, TCP_NODELAY, plain blocking syscalls.  In
+ * the address form the same rows run to the server's ADDR, on the path
+ * ferry takes.  One
  * connection per row; the server's listening socket lives for the session
  * and its port travels over the control socket.
  */
@@ -17,6 +19,21 @@
 
 #include "perf.h"
 
+/* Where the rows run: loopback, or the address form's ADDR (network order). */
+static struct in_addr perf_tcp_addr = { .s_addr = 0 };
+
+bool perf_tcp_set_addr(const char *addr)
+{
+	return inet_pton(AF_INET, addr, &perf_tcp_addr) == 1;
+}
+
+static struct in_addr perf_tcp_where(void)
+{
+	struct in_addr loopback = { .s_addr = htonl(INADDR_LOOPBACK) };
+
+	return perf_tcp_addr.s_addr ? perf_tcp_addr : loopback;
+}
+
 static void perf_tcp_nodelay(int fd)
 {
 	int one = 1;
@@ -31,13 +48,13 @@ int perf_tcp_listen(uint16_t *port_p)
 	socklen_t len = sizeof(sin);
 	int one = 1, fd;
 
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sin.sin_addr = perf_tcp_where();
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		perf_die_errno("socket (tcp)");
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0)
-		perf_die_errno("bind (tcp 127.0.0.1)");
+		perf_die("bind (tcp %s): %s", inet_ntoa(sin.sin_addr), strerror(errno));
 	if (listen(fd, 4) < 0)
 		perf_die_errno("listen (tcp)");
 	if (getsockname(fd, (struct sockaddr *)&sin, &len) < 0)
@@ -51,13 +68,14 @@ static int perf_tcp_connect(uint16_t port)
 	struct sockaddr_in sin = { .sin_family = AF_INET };
 	int fd;
 
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sin.sin_addr = perf_tcp_where();
 	sin.sin_port = htons(port);
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		perf_die_errno("socket (tcp)");
 	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0)
-		perf_die("connect (tcp 127.0.0.1:%u): %s", port, strerror(errno));
+		perf_die("connect (tcp %s:%u): %s", inet_ntoa(sin.sin_addr), port,
+			 strerror(errno));
 	perf_tcp_nodelay(fd);
 	return fd;
 }

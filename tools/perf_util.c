@@ -62,13 +62,15 @@ void perf_die_errno(const char *call)
  */
 void perf_peer_check(int ctrl_fd)
 {
-	struct pollfd pfd = { .fd = ctrl_fd, .events = 0 };
+	/* POLLRDHUP: a TCP control connection (the address form) whose peer
+	 * died has only seen a FIN, which is no POLLHUP */
+	struct pollfd pfd = { .fd = ctrl_fd, .events = POLLRDHUP };
 
 	if (ctrl_fd < 0)
 		return;
 	if (poll(&pfd, 1, 0) < 0 && errno != EINTR)
 		perf_die_errno("poll (control socket)");
-	if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))
+	if (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))
 		perf_die("the peer closed the control connection (did it exit?)");
 }
 
@@ -105,7 +107,8 @@ void perf_msg_recv(int fd, struct perf_msg *msg, uint32_t type, int *fd_p)
 	ssize_t n;
 
 	do
-		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+		/* WAITALL: over TCP (the address form) a message may come in parts */
+		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		perf_die_errno("recvmsg (control socket)");
@@ -254,8 +257,18 @@ const char *perf_op_name(enum perf_op op)
 	return (unsigned int)op < PERF_OP_COUNT ? names[op] : "?";
 }
 
+/* The address form's name for the ferry rows (ferry through the CM). */
+static const char *perf_ferry_name;
+
+void perf_transport_rename_ferry(const char *name)
+{
+	perf_ferry_name = name;
+}
+
 const char *perf_transport_name(enum perf_transport tr)
 {
+	if (tr == PERF_TR_FERRY && perf_ferry_name)
+		return perf_ferry_name;
 	static const char *const names[PERF_TR_COUNT] = {
 		[PERF_TR_FERRY] = "ferry-shm",
 		[PERF_TR_TCP] = "tcp",

@@ -1,7 +1,8 @@
 /*
  * perf_verbs.c - the ferry rows: one RC queue pair per session over the shm
- * provider, connected with ferry_qp_connect_sock, and the latency and
- * bandwidth loops for each operation.
+ * provider, connected with ferry_qp_connect_sock (or, in the address form,
+ * made and connected by the CM on the device it chose: perf_net.c), and
+ * the latency and bandwidth loops for each operation.
  *
  * Send queue bookkeeping: every send WR carries its post sequence number as
  * wr_id and only every signal_every-th one (plus those whose result we wait
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <ferry/cm.h>
 #include <ferry/verbs.h>
 
 #include "perf.h"
@@ -59,6 +61,7 @@ struct perf_ferry {
 	enum perf_mode mode;		/* of the current row */
 	uint64_t cas_expect;		/* what the peer's word should hold */
 	int ctrl_fd;			/* to notice a dead peer while spinning */
+	struct ferry_cm_id *cm_id;	/* the address form: the QP is its */
 };
 
 static void *pf_alloc(size_t size)
@@ -80,6 +83,18 @@ static struct ferry_mr *pf_reg(struct perf_ferry *pf, void *addr, size_t len)
 	return mr;
 }
 
+static void pf_post_recvs(struct perf_ferry *pf, int count);
+
+/* The QP: on its own (shm, connected by socket), or the CM id's. */
+static struct ferry_qp *pf_qp_make(struct perf_ferry *pf, struct ferry_qp_init_attr *attr)
+{
+	if (!pf->cm_id)
+		return ferry_create_qp(pf->pd, attr);
+	if (ferry_cm_create_qp(pf->cm_id, pf->pd, attr) < 0)
+		return NULL;
+	return pf->cm_id->qp;
+}
+
 static void pf_create_qp(struct perf_ferry *pf, int inline_max)
 {
 	struct ferry_qp_init_attr attr;
@@ -94,21 +109,45 @@ static void pf_create_qp(struct perf_ferry *pf, int inline_max)
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_recv_sge = 1;
 	attr.cap.max_inline_data = (uint32_t)inline_max;
-	pf->qp = ferry_create_qp(pf->pd, &attr);
+	pf->qp = pf_qp_make(pf, &attr);
 	if (!pf->qp && inline_max > 0 && errno == EINVAL) {
 		/* the provider may not do inline data: go without */
 		attr.cap.max_inline_data = 0;
-		pf->qp = ferry_create_qp(pf->pd, &attr);
+		pf->qp = pf_qp_make(pf, &attr);
 	}
 	if (!pf->qp)
-		perf_die_errno("ferry_create_qp");
+		perf_die_errno(pf->cm_id ? "ferry_cm_create_qp" : "ferry_create_qp");
 	pf->max_inline = attr.cap.max_inline_data < (uint32_t)inline_max ?
 			 attr.cap.max_inline_data : (uint32_t)inline_max;
 }
 
-struct perf_ferry *perf_ferry_open(size_t buf_size, int sq_depth,
-				   int signal_every, int inline_max,
-				   int ctrl_fd)
+/* Everything but the context, which @pf has: PD, CQs, buffers, the QP. */
+static void pf_open_objects(struct perf_ferry *pf, int inline_max)
+{
+	pf->pd = ferry_alloc_pd(pf->ctx);
+	if (!pf->pd)
+		perf_die_errno("ferry_alloc_pd");
+	pf->channel = ferry_create_comp_channel(pf->ctx);
+	if (!pf->channel)
+		perf_die_errno("ferry_create_comp_channel");
+	pf->send_cq = ferry_create_cq(pf->ctx, 2 * pf->sq_depth, pf, pf->channel, 0);
+	if (!pf->send_cq)
+		perf_die_errno("ferry_create_cq (send)");
+	pf->recv_cq = ferry_create_cq(pf->ctx, 2 * PF_RQ_DEPTH, pf,
+				      pf->channel, 0);
+	if (!pf->recv_cq)
+		perf_die_errno("ferry_create_cq (recv)");
+	pf->sbuf = pf_alloc(pf->buf_size);
+	pf->rbuf = pf_alloc(pf->buf_size);
+	pf->atom = pf_alloc(PF_ATOMIC_PAGE);
+	pf->smr = pf_reg(pf, pf->sbuf, pf->buf_size);
+	pf->rmr = pf_reg(pf, pf->rbuf, pf->buf_size);
+	pf->amr = pf_reg(pf, pf->atom, PF_ATOMIC_PAGE);
+	pf_create_qp(pf, inline_max);
+}
+
+static struct perf_ferry *pf_new(size_t buf_size, int sq_depth, int signal_every,
+				 int ctrl_fd)
 {
 	struct perf_ferry *pf = calloc(1, sizeof(*pf));
 
@@ -118,29 +157,38 @@ struct perf_ferry *perf_ferry_open(size_t buf_size, int sq_depth,
 	pf->sq_depth = sq_depth;
 	pf->signal_every = signal_every;
 	pf->ctrl_fd = ctrl_fd;
+	return pf;
+}
+
+struct perf_ferry *perf_ferry_open(size_t buf_size, int sq_depth,
+				   int signal_every, int inline_max,
+				   int ctrl_fd)
+{
+	struct perf_ferry *pf = pf_new(buf_size, sq_depth, signal_every, ctrl_fd);
+
 	pf->ctx = ferry_open_transport("shm");
 	if (!pf->ctx)
 		perf_die("ferry_open_transport(\"shm\"): %s", strerror(errno));
-	pf->pd = ferry_alloc_pd(pf->ctx);
-	if (!pf->pd)
-		perf_die_errno("ferry_alloc_pd");
-	pf->channel = ferry_create_comp_channel(pf->ctx);
-	if (!pf->channel)
-		perf_die_errno("ferry_create_comp_channel");
-	pf->send_cq = ferry_create_cq(pf->ctx, 2 * sq_depth, pf, pf->channel, 0);
-	if (!pf->send_cq)
-		perf_die_errno("ferry_create_cq (send)");
-	pf->recv_cq = ferry_create_cq(pf->ctx, 2 * PF_RQ_DEPTH, pf,
-				      pf->channel, 0);
-	if (!pf->recv_cq)
-		perf_die_errno("ferry_create_cq (recv)");
-	pf->sbuf = pf_alloc(buf_size);
-	pf->rbuf = pf_alloc(buf_size);
-	pf->atom = pf_alloc(PF_ATOMIC_PAGE);
-	pf->smr = pf_reg(pf, pf->sbuf, buf_size);
-	pf->rmr = pf_reg(pf, pf->rbuf, buf_size);
-	pf->amr = pf_reg(pf, pf->atom, PF_ATOMIC_PAGE);
-	pf_create_qp(pf, inline_max);
+	pf_open_objects(pf, inline_max);
+	return pf;
+}
+
+/*
+ * The address form (perf_net.c): the objects on the device the CM chose for
+ * @id (resolved, or a connection request), its QP made by the CM; the
+ * receives are posted before ferry_connect / ferry_accept, which are the
+ * caller's.
+ */
+struct perf_ferry *perf_ferry_open_cm(struct ferry_cm_id *id, size_t buf_size,
+				      int sq_depth, int signal_every, int inline_max,
+				      int ctrl_fd)
+{
+	struct perf_ferry *pf = pf_new(buf_size, sq_depth, signal_every, ctrl_fd);
+
+	pf->cm_id = id;
+	pf->ctx = id->verbs;
+	pf_open_objects(pf, inline_max);
+	pf_post_recvs(pf, PF_RQ_DEPTH);
 	return pf;
 }
 
@@ -550,7 +598,9 @@ uint64_t perf_ferry_server(struct perf_ferry *pf, const struct perf_row *row)
 
 void perf_ferry_close(struct perf_ferry *pf)
 {
-	if (ferry_destroy_qp(pf->qp) < 0)
+	if (pf->cm_id)
+		ferry_cm_destroy_qp(pf->cm_id);
+	else if (ferry_destroy_qp(pf->qp) < 0)
 		perf_die_errno("ferry_destroy_qp");
 	if (ferry_dereg_mr(pf->amr) < 0 || ferry_dereg_mr(pf->rmr) < 0 ||
 	    ferry_dereg_mr(pf->smr) < 0)
@@ -564,7 +614,8 @@ void perf_ferry_close(struct perf_ferry *pf)
 		perf_die_errno("ferry_destroy_comp_channel");
 	if (ferry_dealloc_pd(pf->pd) < 0)
 		perf_die_errno("ferry_dealloc_pd");
-	if (ferry_close_device(pf->ctx) < 0)
+	/* the CM's device is the CM's */
+	if (!pf->cm_id && ferry_close_device(pf->ctx) < 0)
 		perf_die_errno("ferry_close_device");
 	free(pf);
 }
