@@ -289,6 +289,7 @@ struct ferry_sock {
 	struct ferry_cq *cq;		/* send and receive completions */
 	struct ferry_qp *qp;
 	bool verbs_transport;		/* send completions are the peer's acks */
+	bool shm_transport;		/* WRs run at post; the channel can be renumbered */
 	bool direct;			/* writes try ferry_post_send_direct */
 
 	/* Receive ring and the target SGL the peer writes, one ferry_alloc block. */

@@ -216,17 +216,21 @@ static uint32_t pow2_at_least(uint32_t v)
 	return p;
 }
 
-static bool sock_ctx_is_verbs(const struct ferry_context *ctx)
+static bool sock_ctx_is(const struct ferry_context *ctx, const char *transport)
 {
 	const char *tp = ctx ? ferry_get_device_transport(ctx->device) : NULL;
 
-	return tp && strcmp(tp, "verbs") == 0;
+	return tp && strcmp(tp, transport) == 0;
 }
 
-/* Will a socket connected on @ctx become its completion channel (accepted)? */
+/*
+ * Will a socket connected on @ctx become its completion channel (accepted)?
+ * Only shm's channels can be renumbered or become the connection; tcp's
+ * and verbs' stay where the provider made them.
+ */
 static bool sock_ctx_merges(const struct ferry_context *ctx)
 {
-	return ctx && !sock_ctx_is_verbs(ctx);
+	return sock_ctx_is(ctx, "shm");
 }
 
 /*
@@ -241,8 +245,9 @@ static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 	if (s->pd)
 		return 0;
 	s->ctx = ctx;
-	s->verbs_transport = sock_ctx_is_verbs(ctx);
-	s->direct = !s->verbs_transport;
+	s->verbs_transport = sock_ctx_is(ctx, "verbs");
+	s->shm_transport = sock_ctx_is(ctx, "shm");
+	s->direct = s->shm_transport;
 	/*
 	 * A PD of its own: on shm, a PD's remote-access memory is announced to
 	 * every peer connected through that PD, so one PD shared by all
@@ -368,6 +373,7 @@ static void sock_conn_connect_spare_take(struct ferry_sock *s, struct ferry_cont
 	}
 	s->ctx = sp->ctx;
 	s->verbs_transport = sp->verbs_transport;
+	s->shm_transport = sp->shm_transport;
 	s->direct = sp->direct;
 	s->sbuf_size = sp->sbuf_size;
 	s->rbuf_size = sp->rbuf_size;
