@@ -453,10 +453,14 @@ void sock_conn_teardown(struct ferry_sock *s)
 	 * region is deregistered, the memory its peers mapped is taken back
 	 * from them by moving its pages (a copy, ferry_block_renew), which
 	 * memory freed first never needs.  (Over verbs the registration holds
-	 * its pages until the dereg that follows.)
+	 * its pages until the dereg that follows.)  Not over tcp: its progress
+	 * thread copies a peer's WRITE into the ring's virtual addresses for
+	 * as long as the MR is registered, so the ring goes after the MR.
 	 */
-	if (s->rbuf)
+	if (s->rbuf && s->shm_transport) {
 		ferry_free(s->rbuf);
+		s->rbuf = NULL;
+	}
 	/* The id first: once the CM has let go of it, its QP goes without
 	 * another trip to the CM thread. */
 	if (s->id) {
@@ -480,6 +484,8 @@ void sock_conn_teardown(struct ferry_sock *s)
 	if (s->rmr)
 		ferry_dereg_mr(s->rmr);
 	s->smr = s->rmr = NULL;
+	if (s->rbuf)
+		ferry_free(s->rbuf);
 	if (s->sbuf)
 		munmap(s->sbuf, s->sbuf_size);
 	s->sbuf = s->rbuf = NULL;
