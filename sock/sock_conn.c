@@ -290,13 +290,16 @@ static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 			      FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE);
 	if (!s->rmr)
 		return -1;
-	s->sbuf = mmap(NULL, s->sbuf_size, PROT_READ | PROT_WRITE,
+	/* The send ring, then the receive slots of iWARP mode (sock_msg.c),
+	 * left untouched where they are not used. */
+	s->sbuf = mmap(NULL, sock_sbuf_map_size(s), PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (s->sbuf == MAP_FAILED) {
 		s->sbuf = NULL;
 		return -1;
 	}
-	s->smr = ferry_reg_mr(s->pd, s->sbuf, s->sbuf_size, FERRY_ACCESS_LOCAL_WRITE);
+	sock_msg_buffers(s);
+	s->smr = ferry_reg_mr(s->pd, s->sbuf, sock_sbuf_map_size(s), FERRY_ACCESS_LOCAL_WRITE);
 	if (!s->smr)
 		return -1;
 	return 0;
@@ -375,6 +378,8 @@ static void sock_conn_connect_spare_take(struct ferry_sock *s, struct ferry_cont
 	s->verbs_transport = sp->verbs_transport;
 	s->shm_transport = sp->shm_transport;
 	s->direct = sp->direct;
+	s->recv_slots = sp->recv_slots;
+	s->msg_slot = sp->msg_slot;
 	s->sbuf_size = sp->sbuf_size;
 	s->rbuf_size = sp->rbuf_size;
 	s->pd = sp->pd;
@@ -414,11 +419,15 @@ static int sock_conn_resources(struct ferry_sock *s)
 	attr.cap.max_send_sge = 2;
 	attr.cap.max_recv_sge = 1;
 	attr.cap.max_inline_data = s->inline_size;
+	if (s->recv_slots && attr.cap.max_inline_data < sizeof(uint32_t))
+		attr.cap.max_inline_data = sizeof(uint32_t);	/* iWARP mode's SEND */
 	if (ferry_cm_create_qp(s->id, s->pd, &attr) < 0)
 		return -1;
 	s->qp = s->id->qp;
 	if (attr.cap.max_inline_data < s->inline_size)
 		s->inline_size = attr.cap.max_inline_data;
+	if (sock_msg_qp_check(s, attr.cap.max_inline_data) < 0)
+		return -1;
 
 	atomic_store(&s->sqe_avail, (int)s->sq_size);
 	atomic_store(&s->sbuf_free, s->sbuf_size);
@@ -487,7 +496,7 @@ void sock_conn_teardown(struct ferry_sock *s)
 	if (s->rbuf)
 		ferry_free(s->rbuf);
 	if (s->sbuf)
-		munmap(s->sbuf, s->sbuf_size);
+		munmap(s->sbuf, sock_sbuf_map_size(s));
 	s->sbuf = s->rbuf = NULL;
 	if (s->pd && ferry_dealloc_pd(s->pd) < 0)
 		ferry_warn("socket %d: releasing its PD: %m", s->fd);
@@ -508,6 +517,7 @@ void sock_conn_teardown(struct ferry_sock *s)
  */
 static void sock_conn_established(struct ferry_sock *s)
 {
+	sock_msg_setup(s);
 	if (s->rbuf && ferry_block_drop_fd(s->rbuf) < 0)
 		ferry_debug("sock %d: keeping the ring's descriptor: %m", s->fd);
 	atomic_store(&s->last_rx_ns, monotime_ns());
