@@ -411,6 +411,10 @@ int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen
 /* @tcp_fd: sock_listen_held's, or -1; @rdv_fd: sock_listen_adopt's
  * (taken, closed on failure), or -1. */
 int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd, int rdv_fd);
+/* sock_conn_data.c: the connect data we send, and the peer's taken
+ * (-1 + EPROTO when it is not rsocket v1 or offers nothing). */
+void sock_conn_data_build(struct ferry_sock *s, uint8_t pd[RS_PRIVATE_DATA_LEN]);
+int sock_conn_data_take(struct ferry_sock *s, const void *data, uint8_t len);
 /* Process queued CM events of @s (cm_lock held). */
 void sock_conn_process(struct ferry_sock *s);
 /*
