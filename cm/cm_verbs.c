@@ -511,7 +511,13 @@ static int vcm_accept_begin(struct cm_id_priv *id, const struct ferry_conn_param
 
 /*
  * Caller's thread: QP to RTS, then accept; ESTABLISHED is reported here.
- * On iWARP the QP stays in INIT: rdma_accept moves it to RTS.
+ * On iWARP the QP stays in INIT: rdma_accept moves it to RTS, and
+ * ESTABLISHED waits for rdma_cm's (vcm_on_iwarp_established): with MPA's
+ * ready-to-receive the client takes no FPDU before its RTR has gone out --
+ * siw fails a connect whose Reply has anything behind it (EPROTO in
+ * siw_recv_mpa_rr, CONNECT_ERROR EINVAL) -- and rdma_cm's ESTABLISHED on
+ * this side is the RTR's arrival.  A server that sent at accept lost
+ * clients (a stream socket that sends at once and closes).
  */
 static int vcm_accept(struct cm_id_priv *id, const struct ferry_conn_param *param)
 {
@@ -532,8 +538,10 @@ static int vcm_accept(struct cm_id_priv *id, const struct ferry_conn_param *para
 		vcm_iwarp_clamp_depths(st, &rp);
 	if (verbs_ret_errno(rdma_accept(st->rid, &rp)))
 		return -1;
-	if (iwarp)
+	if (iwarp) {
 		verbs_qp_set_state(id->id.qp, FERRY_QPS_RTS);
+		return 0;
+	}
 	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, NULL);
 	return 0;
 }
@@ -606,7 +614,10 @@ static void vcm_on_response(struct vcm_id *st, const struct ferry_conn_param *pa
 	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, param);
 }
 
-/* iWARP client: iw_cm moved the QP to RTS before this ESTABLISHED. */
+/*
+ * iWARP: iw_cm moved the QP to RTS before this ESTABLISHED; on the server
+ * it means the client's RTR came (see vcm_accept).
+ */
 static void vcm_on_iwarp_established(struct vcm_id *st, const struct ferry_conn_param *param)
 {
 	struct cm_id_priv *id = st->id;
@@ -615,6 +626,8 @@ static void vcm_on_iwarp_established(struct vcm_id *st, const struct ferry_conn_
 	if (id->id.qp)
 		verbs_qp_set_state(id->id.qp, FERRY_QPS_RTS);
 	cm_event_report(id, NULL, FERRY_CM_EVENT_ESTABLISHED, 0, param);
+	if (st->disconnect_pending && rdma_disconnect(st->rid))
+		ferry_info("cm: a delayed rdma_disconnect: %m");
 }
 
 /* One rdma_cm event, already acked: everything needed was copied. */
@@ -658,7 +671,7 @@ static void vcm_dispatch(struct vcm_id *st, struct rdma_cm_id *rid,
 		vcm_on_response(st, param);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
-		if (!st->passive && vcm_iwarp(st)) {
+		if (vcm_iwarp(st)) {
 			vcm_on_iwarp_established(st, param);
 			break;
 		}

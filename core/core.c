@@ -716,6 +716,13 @@ int ferry_post_send_direct(struct ferry_qp *qp, struct ferry_send_wr *wr, unsign
 	return qp->context->provider->post_send_direct(qp, wr, how);
 }
 
+bool ferry_qp_write_imm_ok(struct ferry_qp *qp)
+{
+	if (!qp->context->provider->qp_write_imm_ok)
+		return true;
+	return qp->context->provider->qp_write_imm_ok(qp);
+}
+
 /**
  * ferry_post_recv - post the chain @wr on @qp's receive queue; malformed
  * chains are rejected whole, as in ferry_post_send.

@@ -289,7 +289,13 @@ struct ferry_sock {
 	struct ferry_cq *cq;		/* send and receive completions */
 	struct ferry_qp *qp;
 	bool verbs_transport;		/* send completions are the peer's acks */
+	bool shm_transport;		/* WRs run at post; the channel can be renumbered */
 	bool direct;			/* writes try ferry_post_send_direct */
+	/* rsocket's iWARP mode (sock_msg.c): receives carry a 4-byte slot
+	 * (set with the buffers), and messages go as SENDs (when connected). */
+	bool recv_slots, msg_send;
+	uint32_t *msg_slot;		/* sock_msg_slot_count words after sbuf */
+	atomic_uint msg_slot_next;	/* the next receive's slot (mod the count) */
 
 	/* Receive ring and the target SGL the peer writes, one ferry_alloc block. */
 	uint8_t *rbuf;
@@ -405,6 +411,10 @@ int sock_conn_connect(struct ferry_sock *s, const struct sockaddr *addr, socklen
 /* @tcp_fd: sock_listen_held's, or -1; @rdv_fd: sock_listen_adopt's
  * (taken, closed on failure), or -1. */
 int sock_conn_listen(struct ferry_sock *s, int backlog, int tcp_fd, int rdv_fd);
+/* sock_conn_data.c: the connect data we send, and the peer's taken
+ * (-1 + EPROTO when it is not rsocket v1 or offers nothing). */
+void sock_conn_data_build(struct ferry_sock *s, uint8_t pd[RS_PRIVATE_DATA_LEN]);
+int sock_conn_data_take(struct ferry_sock *s, const void *data, uint8_t len);
 /* Process queued CM events of @s (cm_lock held). */
 void sock_conn_process(struct ferry_sock *s);
 /*
@@ -458,6 +468,10 @@ unsigned int sock_copy_how(struct ferry_sock *s, uint32_t len);
 void sock_copy_account(struct ferry_sock *s, uint64_t bytes, uint64_t start_ns,
 		       uint64_t end_ns);
 
+/* wr_id of receives: this bit, and the slot (sock_msg.c) in the low bits. */
+#define SOCK_WR_RECV		(1ull << 63)
+#define SOCK_POLL_BATCH		32
+
 /* Post one write (plock held).  Only a WRITE_WITH_IMM of data or
  * IOMAP_SGL takes a credit. */
 int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge *sge,
@@ -466,6 +480,9 @@ int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge
 uint32_t sock_stage(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
 		    size_t *off_p, uint8_t small[SOCK_SMALL_MAX], struct ferry_sge sge[2],
 		    int *nsge_p, unsigned int *flags_p);
+/* Post exactly @wr, signalled now and then; the SQ slot it takes (plock). */
+int sock_post_one(struct ferry_sock *s, struct ferry_send_wr *wr, uint32_t sbuf_bytes,
+		  bool force_signal);
 uint16_t sock_credits(struct ferry_sock *s);
 bool sock_ctrl_avail(struct ferry_sock *s);
 int sock_send_error(struct ferry_sock *s);
@@ -479,6 +496,35 @@ uint32_t sock_send_space(struct ferry_sock *s);
 /* Write at most @len bytes from the cursor into the peer's ring (slock). */
 ssize_t sock_write_data(struct ferry_sock *s, uint32_t len, const struct iovec **iov_p,
 			size_t *off_p);
+
+/* --- sock_msg.c: messages as immediate data, or rsocket's iWARP mode --- */
+/* Tests: force iWARP mode on (1) or leave it to the QP (0). */
+void sock_msg_force(int on);
+uint32_t sock_msg_slot_count(const struct ferry_sock *s);
+/* Bytes after the send ring for the receive slots. */
+size_t sock_msg_area_size(const struct ferry_sock *s);
+/* The send ring is mapped: place the slots; decide whether receives need them. */
+void sock_msg_buffers(struct ferry_sock *s);
+/* The QP sends @max_inline bytes inline: enough for the mode?  -1 + ENOTSUP. */
+int sock_msg_qp_check(struct ferry_sock *s, uint32_t max_inline);
+/* The connection is up: which form its messages take. */
+void sock_msg_setup(struct ferry_sock *s);
+void sock_msg_recv_wr(struct ferry_sock *s, struct ferry_recv_wr *wr, struct ferry_sge *sge);
+bool sock_msg_of_wc(struct ferry_sock *s, const struct ferry_wc *wc, uint32_t *msg_p);
+int sock_msg_post(struct ferry_sock *s, struct ferry_send_wr *wr, uint32_t sbuf_bytes,
+		  bool force_signal);
+/* SQ slots one message with a payload takes: the WRITE and, in iWARP mode,
+ * the SEND. */
+static inline uint32_t sock_msg_wrs(const struct ferry_sock *s)
+{
+	return s->msg_send ? 2 : 1;
+}
+
+/* The send ring's mapping: the ring and the receive slots after it. */
+static inline size_t sock_sbuf_map_size(const struct ferry_sock *s)
+{
+	return s->sbuf_size + sock_msg_area_size(s);
+}
 
 /* --- sock_backlog.c: the send buffer beyond the ring --- */
 /* Set the bound of a connection's backlog when it comes up. */

@@ -110,7 +110,7 @@ static int sock_fd_on_conn(struct ferry_sock *s, int fd, bool cloexec)
 {
 	int n;
 
-	if (!s->cch || !s->qp || !s->id || s->verbs_transport || s->detached ||
+	if (!s->cch || !s->qp || !s->id || !s->shm_transport || s->detached ||
 	    s->remote_iomap.length || !sock_is_connected(s))
 		return -1;
 	n = ferry_comp_channel_on_conn(s->cch, s->qp, fd, cloexec);
@@ -165,7 +165,7 @@ static void sock_fd_merge(struct ferry_sock *s)
 {
 	int old, flags;
 
-	if (s->fd_is_cch || s->fd < 0 || !s->cch || s->chan_in_epoll || s->verbs_transport ||
+	if (s->fd_is_cch || s->fd < 0 || !s->cch || s->chan_in_epoll || !s->shm_transport ||
 	    s->detached || !sock_is_connected(s))
 		return;
 	flags = fcntl(s->fd, F_GETFD);

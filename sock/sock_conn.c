@@ -127,84 +127,6 @@ static void sock_conn_park(struct ferry_sock *s)
 	s->chan_in_epoll = false;
 }
 
-/* --- private data (docs/wire.md, "Connect data": 40 bytes, big-endian) --- */
-
-static void rs_put_sge(uint8_t *p, uint64_t addr, uint32_t key, uint32_t length)
-{
-	uint64_t a = htobe64(addr);
-	uint32_t k = htobe32(key), l = htobe32(length);
-
-	memcpy(p, &a, 8);
-	memcpy(p + 8, &k, 4);
-	memcpy(p + 12, &l, 4);
-}
-
-static struct rs_sge rs_get_sge(const uint8_t *p)
-{
-	struct rs_sge sge;
-
-	memcpy(&sge.addr, p, 8);
-	memcpy(&sge.key, p + 8, 4);
-	memcpy(&sge.length, p + 12, 4);
-	sge.addr = be64toh(sge.addr);
-	sge.key = be32toh(sge.key);
-	sge.length = be32toh(sge.length);
-	return sge;
-}
-
-static void sock_conn_data_build(struct ferry_sock *s, uint8_t pd[RS_PRIVATE_DATA_LEN])
-{
-	uint16_t credits = htobe16((uint16_t)s->credit_window);
-
-	memset(pd, 0, RS_PRIVATE_DATA_LEN);
-	pd[0] = RS_VERSION;
-	pd[1] = __BYTE_ORDER == __BIG_ENDIAN ? RS_CONN_FLAG_NET : 0;
-	if (s->target_iomap_size)
-		pd[1] |= RS_CONN_FLAG_IOMAP;
-	memcpy(pd + 2, &credits, 2);
-	pd[7] = (uint8_t)s->target_iomap_size;	/* <= SOCK_MAX_IOMAP: unscaled */
-	rs_put_sge(pd + 8, (uintptr_t)s->target_sgl, s->rmr->rkey, RS_SGL_SIZE);
-	rs_put_sge(pd + 24, (uintptr_t)s->rbuf, s->rmr->rkey, s->rbuf_size / 2);
-}
-
-/* Take the peer's private data: credits, its target SGL, our first buffer. */
-static int sock_conn_data_take(struct ferry_sock *s, const void *data, uint8_t len)
-{
-	const uint8_t *pd = data;
-	uint16_t credits;
-	struct rs_sge buf;
-
-	if (!pd || len < RS_PRIVATE_DATA_LEN || pd[0] != RS_VERSION) {
-		ferry_info("sock: peer's private data is not rsocket v1 (%u bytes)", len);
-		return ERR(EPROTO);
-	}
-	memcpy(&credits, pd + 2, 2);
-	credits = be16toh(credits);
-	s->remote_sgl = rs_get_sge(pd + 8);
-	buf = rs_get_sge(pd + 24);
-	if (!credits || s->remote_sgl.length < 1 || !buf.length) {
-		ferry_info("sock: peer offered no credits or buffers");
-		return ERR(EPROTO);
-	}
-	s->peer_swap = !!(pd[1] & RS_CONN_FLAG_NET) != (__BYTE_ORDER == __BIG_ENDIAN);
-	memset(&s->remote_iomap, 0, sizeof(s->remote_iomap));
-	if ((pd[1] & RS_CONN_FLAG_IOMAP) && pd[7]) {
-		/* Larger sizes are scaled; using no more than 128 slots is safe. */
-		s->remote_iomap.addr = s->remote_sgl.addr +
-				       (uint64_t)s->remote_sgl.length * sizeof(struct rs_sge);
-		s->remote_iomap.key = s->remote_sgl.key;
-		s->remote_iomap.length = pd[7] <= SOCK_MAX_IOMAP ? pd[7] : SOCK_MAX_IOMAP;
-	}
-	atomic_store(&s->sseq_comp, credits);
-	s->sseq_no = 0;
-	/* target_sgl, in a fresh ferry_alloc block, reads zero until the
-	 * peer writes its first update into entry 1. */
-	s->first_target = buf;
-	s->target_idx = -1;
-	s->remote_idx = 1;	/* entry 0 holds the buffer given in the exchange */
-	return 0;
-}
-
 /* --- resources --- */
 
 static uint32_t pow2_at_least(uint32_t v)
@@ -216,17 +138,21 @@ static uint32_t pow2_at_least(uint32_t v)
 	return p;
 }
 
-static bool sock_ctx_is_verbs(const struct ferry_context *ctx)
+static bool sock_ctx_is(const struct ferry_context *ctx, const char *transport)
 {
 	const char *tp = ctx ? ferry_get_device_transport(ctx->device) : NULL;
 
-	return tp && strcmp(tp, "verbs") == 0;
+	return tp && strcmp(tp, transport) == 0;
 }
 
-/* Will a socket connected on @ctx become its completion channel (accepted)? */
+/*
+ * Will a socket connected on @ctx become its completion channel (accepted)?
+ * Only shm's channels can be renumbered or become the connection; tcp's
+ * and verbs' stay where the provider made them.
+ */
 static bool sock_ctx_merges(const struct ferry_context *ctx)
 {
-	return ctx && !sock_ctx_is_verbs(ctx);
+	return sock_ctx_is(ctx, "shm");
 }
 
 /*
@@ -241,8 +167,9 @@ static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 	if (s->pd)
 		return 0;
 	s->ctx = ctx;
-	s->verbs_transport = sock_ctx_is_verbs(ctx);
-	s->direct = !s->verbs_transport;
+	s->verbs_transport = sock_ctx_is(ctx, "verbs");
+	s->shm_transport = sock_ctx_is(ctx, "shm");
+	s->direct = s->shm_transport;
 	/*
 	 * A PD of its own: on shm, a PD's remote-access memory is announced to
 	 * every peer connected through that PD, so one PD shared by all
@@ -285,13 +212,16 @@ static int sock_conn_buffers(struct ferry_sock *s, struct ferry_context *ctx)
 			      FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE);
 	if (!s->rmr)
 		return -1;
-	s->sbuf = mmap(NULL, s->sbuf_size, PROT_READ | PROT_WRITE,
+	/* The send ring, then the receive slots of iWARP mode (sock_msg.c),
+	 * left untouched where they are not used. */
+	s->sbuf = mmap(NULL, sock_sbuf_map_size(s), PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (s->sbuf == MAP_FAILED) {
 		s->sbuf = NULL;
 		return -1;
 	}
-	s->smr = ferry_reg_mr(s->pd, s->sbuf, s->sbuf_size, FERRY_ACCESS_LOCAL_WRITE);
+	sock_msg_buffers(s);
+	s->smr = ferry_reg_mr(s->pd, s->sbuf, sock_sbuf_map_size(s), FERRY_ACCESS_LOCAL_WRITE);
 	if (!s->smr)
 		return -1;
 	return 0;
@@ -368,7 +298,10 @@ static void sock_conn_connect_spare_take(struct ferry_sock *s, struct ferry_cont
 	}
 	s->ctx = sp->ctx;
 	s->verbs_transport = sp->verbs_transport;
+	s->shm_transport = sp->shm_transport;
 	s->direct = sp->direct;
+	s->recv_slots = sp->recv_slots;
+	s->msg_slot = sp->msg_slot;
 	s->sbuf_size = sp->sbuf_size;
 	s->rbuf_size = sp->rbuf_size;
 	s->pd = sp->pd;
@@ -408,11 +341,15 @@ static int sock_conn_resources(struct ferry_sock *s)
 	attr.cap.max_send_sge = 2;
 	attr.cap.max_recv_sge = 1;
 	attr.cap.max_inline_data = s->inline_size;
+	if (s->recv_slots && attr.cap.max_inline_data < sizeof(uint32_t))
+		attr.cap.max_inline_data = sizeof(uint32_t);	/* iWARP mode's SEND */
 	if (ferry_cm_create_qp(s->id, s->pd, &attr) < 0)
 		return -1;
 	s->qp = s->id->qp;
 	if (attr.cap.max_inline_data < s->inline_size)
 		s->inline_size = attr.cap.max_inline_data;
+	if (sock_msg_qp_check(s, attr.cap.max_inline_data) < 0)
+		return -1;
 
 	atomic_store(&s->sqe_avail, (int)s->sq_size);
 	atomic_store(&s->sbuf_free, s->sbuf_size);
@@ -447,10 +384,14 @@ void sock_conn_teardown(struct ferry_sock *s)
 	 * region is deregistered, the memory its peers mapped is taken back
 	 * from them by moving its pages (a copy, ferry_block_renew), which
 	 * memory freed first never needs.  (Over verbs the registration holds
-	 * its pages until the dereg that follows.)
+	 * its pages until the dereg that follows.)  Not over tcp: its progress
+	 * thread copies a peer's WRITE into the ring's virtual addresses for
+	 * as long as the MR is registered, so the ring goes after the MR.
 	 */
-	if (s->rbuf)
+	if (s->rbuf && s->shm_transport) {
 		ferry_free(s->rbuf);
+		s->rbuf = NULL;
+	}
 	/* The id first: once the CM has let go of it, its QP goes without
 	 * another trip to the CM thread. */
 	if (s->id) {
@@ -474,8 +415,10 @@ void sock_conn_teardown(struct ferry_sock *s)
 	if (s->rmr)
 		ferry_dereg_mr(s->rmr);
 	s->smr = s->rmr = NULL;
+	if (s->rbuf)
+		ferry_free(s->rbuf);
 	if (s->sbuf)
-		munmap(s->sbuf, s->sbuf_size);
+		munmap(s->sbuf, sock_sbuf_map_size(s));
 	s->sbuf = s->rbuf = NULL;
 	if (s->pd && ferry_dealloc_pd(s->pd) < 0)
 		ferry_warn("socket %d: releasing its PD: %m", s->fd);
@@ -496,6 +439,7 @@ void sock_conn_teardown(struct ferry_sock *s)
  */
 static void sock_conn_established(struct ferry_sock *s)
 {
+	sock_msg_setup(s);
 	if (s->rbuf && ferry_block_drop_fd(s->rbuf) < 0)
 		ferry_debug("sock %d: keeping the ring's descriptor: %m", s->fd);
 	atomic_store(&s->last_rx_ns, monotime_ns());

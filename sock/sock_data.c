@@ -33,10 +33,8 @@
  * unsignalled sends before it hold: SQ slots (high half) and sbuf bytes
  * (low half).  Unsignalled sends carry 0, so flushed ones free nothing.
  */
-#define SOCK_WR_RECV		(1ull << 63)
 #define SOCK_WR_SLOTS(id)	((uint32_t)((id) >> 32))
 #define SOCK_WR_BYTES(id)	((uint32_t)(id))
-#define SOCK_POLL_BATCH		32
 
 static inline uint32_t rs_imm(uint32_t op, uint32_t value)
 {
@@ -72,8 +70,8 @@ static inline bool sock_want_signal(struct ferry_sock *s, bool force)
  * during the call; one the provider does not take that way (EAGAIN,
  * EOPNOTSUPP) returns 1 with nothing changed, for the caller to stage.
  */
-static int sock_post(struct ferry_sock *s, struct ferry_send_wr *wr, uint32_t sbuf_bytes,
-		     bool force_signal, bool direct, unsigned int how)
+static int sock_post_send(struct ferry_sock *s, struct ferry_send_wr *wr, uint32_t sbuf_bytes,
+			  bool force_signal, bool direct, unsigned int how)
 {
 	struct ferry_send_wr *bad;
 	bool signal;
@@ -103,13 +101,35 @@ static int sock_post(struct ferry_sock *s, struct ferry_send_wr *wr, uint32_t sb
 	}
 	if (signal)
 		s->unsignaled = s->unsignaled_bytes = 0;
-	/* Neither a plain write nor an update or control message takes a
-	 * receive credit. */
-	if (wr->opcode == FERRY_WR_RDMA_WRITE_WITH_IMM &&
-	    rs_op_takes_credit(be32toh(wr->imm_data) & RS_OP_MASK))
-		s->sseq_no++;
 	atomic_fetch_sub(&s->sqe_avail, 1);
 	return 0;
+}
+
+int sock_post_one(struct ferry_sock *s, struct ferry_send_wr *wr, uint32_t sbuf_bytes,
+		  bool force_signal)
+{
+	return sock_post_send(s, wr, sbuf_bytes, force_signal, false, 0);
+}
+
+/*
+ * Post one of rsocket's messages (or a plain write), as immediate data or
+ * in iWARP mode (sock_msg.c).  Neither a plain write nor an update or
+ * control message takes a receive credit.
+ */
+static int sock_post(struct ferry_sock *s, struct ferry_send_wr *wr, uint32_t sbuf_bytes,
+		     bool force_signal, bool direct, unsigned int how)
+{
+	bool credit = wr->opcode == FERRY_WR_RDMA_WRITE_WITH_IMM &&
+		      rs_op_takes_credit(be32toh(wr->imm_data) & RS_OP_MASK);
+	int ret;
+
+	if (s->msg_send && wr->opcode == FERRY_WR_RDMA_WRITE_WITH_IMM)
+		ret = sock_msg_post(s, wr, sbuf_bytes, force_signal);
+	else
+		ret = sock_post_send(s, wr, sbuf_bytes, force_signal, direct, how);
+	if (ret == 0 && credit)
+		s->sseq_no++;
+	return ret;
 }
 
 int sock_post_wr(struct ferry_sock *s, enum ferry_wr_opcode op, struct ferry_sge *sge,
@@ -142,10 +162,10 @@ uint16_t sock_credits(struct ferry_sock *s)
 			  s->sseq_no);
 }
 
-/* An SQ slot is free for a control message (plock held, or as a hint). */
+/* SQ slots are free for a control message (plock held, or as a hint). */
 bool sock_ctrl_avail(struct ferry_sock *s)
 {
-	return atomic_load(&s->sqe_avail) > 0;
+	return atomic_load(&s->sqe_avail) >= (int)sock_msg_wrs(s);
 }
 
 static bool sock_ctrl_ready(struct ferry_sock *s)
@@ -189,13 +209,14 @@ int sock_send_ctrl(struct ferry_sock *s, uint32_t ctrl, int timeout_ms)
 static int sock_post_recvs(struct ferry_sock *s, uint32_t n)
 {
 	struct ferry_recv_wr wrs[SOCK_POLL_BATCH], *bad;
+	struct ferry_sge slots[SOCK_POLL_BATCH];
 	uint32_t i, k;
 
 	while (n) {
 		k = n < SOCK_POLL_BATCH ? n : SOCK_POLL_BATCH;
 		for (i = 0; i < k; i++) {
-			wrs[i] = (struct ferry_recv_wr){ .wr_id = SOCK_WR_RECV,
-							 .next = i + 1 < k ? &wrs[i + 1] : NULL };
+			sock_msg_recv_wr(s, &wrs[i], &slots[i]);
+			wrs[i].next = i + 1 < k ? &wrs[i + 1] : NULL;
 		}
 		if (ferry_post_recv(s->qp, wrs, &bad) < 0)
 			return -1;
@@ -345,6 +366,7 @@ int sock_progress(struct ferry_sock *s)
 	struct ferry_wc wc[SOCK_POLL_BATCH];
 	bool got_recv = false, answer = false;
 	int n, i, total = 0;
+	uint32_t msg;
 
 	if (!s->cq)
 		return 0;
@@ -358,8 +380,12 @@ int sock_progress(struct ferry_sock *s)
 					sock_wc_failed(s, &wc[i]);
 					continue;
 				}
+				if (!sock_msg_of_wc(s, &wc[i], &msg)) {
+					atomic_fetch_or(&s->closed, SOCK_RESET);
+					continue;
+				}
 				got_recv = true;
-				sock_recv_msg(s, be32toh(wc[i].imm_data), &answer);
+				sock_recv_msg(s, msg, &answer);
 			} else {
 				if (wc[i].status != FERRY_WC_SUCCESS)
 					sock_wc_failed(s, &wc[i]);
@@ -418,7 +444,7 @@ uint32_t sock_send_space(struct ferry_sock *s)
 	uint32_t free_bytes = atomic_load(&s->sbuf_free);
 
 	if (!space || sock_credits(s) <= RS_QP_CTRL_SIZE ||
-	    atomic_load(&s->sqe_avail) <= RS_QP_CTRL_SIZE)
+	    atomic_load(&s->sqe_avail) < RS_QP_CTRL_SIZE + (int)sock_msg_wrs(s))
 		return 0;
 	if (space > RS_MAX_TRANSFER)
 		space = RS_MAX_TRANSFER;

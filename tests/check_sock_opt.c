@@ -155,8 +155,9 @@ START_TEST(test_sgl_entry_stored_once)
 	int a, b;
 
 	if (!tu_on_shm()) {
-		printf("SKIP test_sgl_entry_stored_once on %s: the device writes the entry\n",
-		       tu_transport());
+		printf("SKIP test_sgl_entry_stored_once on %s: the %s writes the entry, not the "
+		       "peer through a mapping\n", tu_transport(),
+		       ts_on_verbs() ? "device" : "provider's progress thread");
 		free(in);
 		return;
 	}

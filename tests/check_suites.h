@@ -33,6 +33,7 @@ Suite *sock_conn_suite(void);
 Suite *sock_opt_suite(void);
 Suite *sock_fd_suite(void);
 Suite *sock_shim_suite(void);
+Suite *sock_iwarp_suite(void);
 Suite *repoll_suite(void);
 Suite *config_suite(void);
 Suite *stat_suite(void);

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "testutil.h"
 
@@ -26,6 +27,12 @@
 #define TS_TIMEOUT_MS TU_WAIT_MS
 
 /* Say why a test does not run here, and leave it (Check has no skip). */
+/* On a real RDMA device (FERRY_TRANSPORT=verbs)? */
+static inline bool ts_on_verbs(void)
+{
+	return strcmp(tu_transport(), "verbs") == 0;
+}
+
 #define TS_SKIP(name, why) do { \
 	printf("SKIP %s on %s: %s\n", name, tu_transport(), why); \
 	fflush(stdout); \

@@ -188,6 +188,8 @@ struct ferry_provider {
 			 struct ferry_recv_wr **bad);
 	/* Optional: ferry_post_send_direct. */
 	int (*post_send_direct)(struct ferry_qp *qp, struct ferry_send_wr *wr, unsigned int how);
+	/* Optional: ferry_qp_write_imm_ok (absent: every connection does). */
+	bool (*qp_write_imm_ok)(struct ferry_qp *qp);
 	int (*qp_exchange)(struct ferry_qp *qp, int sock, uint32_t *peer_qpn);
 	/*
 	 * qp_exchange in steps, for a caller that sends our first word early
@@ -452,6 +454,16 @@ enum ferry_direct_how {
 	FERRY_DIRECT_NOCACHE = 1 << 0,
 };
 int ferry_post_send_direct(struct ferry_qp *qp, struct ferry_send_wr *wr, unsigned int how);
+
+/*
+ * ferry_qp_write_imm_ok - does @qp's connection carry RDMA WRITE WITH
+ * IMMEDIATE?  iWARP has none (RFC 5040): an RNIC (siw) never does, and the
+ * tcp provider only where the MPA exchange found a peer that takes RFC
+ * 7306's Immediate Data (ferry's own).  Known once the connection is up
+ * (the CM's ESTABLISHED); false before where it depends on the peer.  The
+ * stream sockets speak rsocket's iWARP mode where it is false.
+ */
+bool ferry_qp_write_imm_ok(struct ferry_qp *qp);
 /*
  * ferry_alloc_pd_small - a PD whose caller will register at most
  * @max_remote MRs with remote access (any number without): where the

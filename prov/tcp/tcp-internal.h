@@ -334,6 +334,8 @@ int tcp_modify_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr, int mask);
 int tcp_query_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr,
 		 struct ferry_qp_init_attr *init);
 int tcp_destroy_qp(struct ferry_qp *qp);
+/* Did the MPA exchange find a peer that takes Immediate Data (RFC 7306)? */
+bool tcp_qp_write_imm_ok(struct ferry_qp *qp);
 int tcp_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr, struct ferry_send_wr **bad);
 int tcp_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr, struct ferry_recv_wr **bad);
 /*

@@ -338,6 +338,7 @@ const struct ferry_provider ferry_tcp_provider = {
 	.destroy_qp = tcp_destroy_qp,
 	.post_send = tcp_post_send,
 	.post_recv = tcp_post_recv,
+	.qp_write_imm_ok = tcp_qp_write_imm_ok,
 	.qp_exchange = tcp_qp_exchange,
 	.qp_exchange_begin = tcp_qp_exchange_begin,
 	.qp_exchange_step = tcp_qp_exchange_step,

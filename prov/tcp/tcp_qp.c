@@ -335,6 +335,17 @@ int tcp_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a, struct ferry_qp_
 	return 0;
 }
 
+bool tcp_qp_write_imm_ok(struct ferry_qp *fqp)
+{
+	struct tcp_qp *qp = to_tqp(fqp);
+	bool ok;
+
+	pthread_mutex_lock(&qp->lock);
+	ok = qp->fd >= 0 && qp->conn.rfc7306;
+	pthread_mutex_unlock(&qp->lock);
+	return ok;
+}
+
 int tcp_destroy_qp(struct ferry_qp *fqp)
 {
 	struct tcp_context *tc = to_tctx(fqp->context);

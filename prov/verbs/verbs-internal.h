@@ -166,6 +166,8 @@ int verbs_modify_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr, int mask);
 int verbs_query_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr,
 		   struct ferry_qp_init_attr *init_attr);
 int verbs_destroy_qp(struct ferry_qp *qp);
+/* An RNIC has no RDMA WRITE WITH IMMEDIATE (ferry_qp_write_imm_ok). */
+bool verbs_qp_write_imm_ok(struct ferry_qp *qp);
 int verbs_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr,
 		    struct ferry_send_wr **bad);
 int verbs_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr,

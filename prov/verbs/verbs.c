@@ -429,6 +429,7 @@ const struct ferry_provider ferry_verbs_provider = {
 	.destroy_qp = verbs_destroy_qp,
 	.post_send = verbs_post_send,
 	.post_recv = verbs_post_recv,
+	.qp_write_imm_ok = verbs_qp_write_imm_ok,
 	.qp_exchange = verbs_qp_exchange,
 	.qp_exchange_begin = verbs_qp_exchange_begin,
 	.qp_exchange_step = verbs_qp_exchange_step,

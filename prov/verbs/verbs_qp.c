@@ -140,6 +140,11 @@ static bool verbs_qp_on_iwarp(const struct verbs_qp *qp)
 	return to_vctx(qp->qp.context)->vdev->iwarp;
 }
 
+bool verbs_qp_write_imm_ok(struct ferry_qp *qp)
+{
+	return !verbs_qp_on_iwarp(to_vqp(qp));
+}
+
 /*
  * The QP's state as the device sees it (it may have gone to ERR by
  * itself); on iWARP, where the device does not say, ferry's record.

@@ -5,15 +5,16 @@
 #
 #   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm sock interop
 #                                          rsocket pingpong ud; default:
-#                                          all of them on rxe, cm interop
-#                                          on siw)
+#                                          all of them on rxe, all but
+#                                          unit, pingpong and ud on siw)
 #
-# On an iWARP device (siw0) four stages cannot hold, and skip saying why:
+# On an iWARP device (siw0) three stages cannot hold, and skip saying why:
 # unit, whose suites join QPs with ferry_qp_exchange and a manual RTR (on
-# iWARP only iw_cm can bind a QP to its TCP stream); sock and rsocket,
-# whose stream sockets need rsocket's iWARP mode (no WRITE_WITH_IMM, which
-# siw lacks), which ferry does not have; pingpong, whose QPs are joined
-# out of band (iw_cm only connects iWARP QPs, and iWARP has no UC).
+# iWARP only iw_cm can bind a QP to its TCP stream); pingpong, whose QPs
+# are joined out of band (iw_cm only connects iWARP QPs, and iWARP has no
+# UC); ud (iWARP has no datagrams).  sock and rsocket run there in
+# rsocket's iWARP mode (no WRITE_WITH_IMM, which siw lacks: each message a
+# WRITE and a 4-byte SEND, sock/sock_msg.c).
 #
 # unit:    the provider-generic Check suites with FERRY_TRANSPORT=verbs;
 # cm:      the CM suites with FERRY_TRANSPORT=verbs (when built), at the
@@ -90,7 +91,6 @@ iwarp_reason() {
 	[ "$iwarp" = 1 ] || return 0
 	case $1 in
 	unit) echo "its suites join QPs with ferry_qp_exchange (a manual RTR): on iWARP only iw_cm connects a QP" ;;
-	sock|rsocket) echo "ferry's stream sockets use WRITE_WITH_IMM; rsocket's iWARP mode (without it) is not in ferry" ;;
 	pingpong) echo "its QPs are joined out of band: on iWARP only iw_cm connects a QP, and there is no UC" ;;
 	ud) echo "iWARP has no unreliable datagrams" ;;
 	esac
@@ -175,7 +175,7 @@ stage_ud() {
 }
 
 if [ "$iwarp" = 1 ]; then
-	stages=${*:-cm interop}
+	stages=${*:-cm sock interop rsocket}
 else
 	stages=${*:-unit cm sock interop rsocket pingpong ud}
 fi

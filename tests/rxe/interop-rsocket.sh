@@ -3,10 +3,12 @@
 # librdmacm's rsocket, both directions: a ferry server with an rsocket
 # client, and an rsocket server with a ferry client.  The client writes
 # RXE_RSOCK_BYTES in writes of random sizes, the server echoes, the client
-# compares every byte and checks EOF after shutdown.  Run INSIDE the
-# Soft-RoCE VM, from the top of the build tree:
+# compares every byte and checks EOF after shutdown.  On siw0 both ends
+# speak rsocket's iWARP mode (librdmacm by the device's transport type,
+# ferry by its QP's: ferry_qp_write_imm_ok).  Run INSIDE the Soft-RoCE or
+# SoftiWARP VM, from the top of the build tree:
 #
-#   tests/rxe/rxe-vm.sh -- tests/rxe/interop-rsocket.sh
+#   tests/rxe/rxe-vm.sh [--siw] -- tests/rxe/interop-rsocket.sh
 #
 # Environment: RXE_ADDR (default 10.0.2.15), RXE_RSOCK_BYTES (default 16 MiB).
 # Exit status: 0 passed, 1 a check failed, 77 skipped (reason printed).
@@ -24,8 +26,8 @@ fail() { echo "$prog: FAIL: $*"; failed=1; }
 
 [ -x "$ferry" ] && [ -x "$rdmacm" ] ||
 	skip "$ferry / $rdmacm are not built (make check with libibverbs and librdmacm)"
-command -v ibv_devices >/dev/null && ! ibv_devices 2>/dev/null | grep -q rxe &&
-	skip "no rxe device: run this inside the Soft-RoCE VM (tests/rxe/rxe-vm.sh)"
+command -v ibv_devices >/dev/null && ! ibv_devices 2>/dev/null | grep -qE 'rxe|siw' &&
+	skip "no rxe or siw device: run this inside the VM (tests/rxe/rxe-vm.sh [--siw])"
 
 export FERRY_TRANSPORT=verbs
 tmp=$(mktemp -d)
