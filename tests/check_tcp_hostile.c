@@ -341,6 +341,54 @@ START_TEST(test_tcp_hostile_misaligned_atomic)
 }
 END_TEST
 
+/* ferry confirms a signaled SEND with a zero-length READ towards ferry
+ * only: siw may answer one with its previous WQE's bytes (tcp_tx.c), so
+ * towards a stranger the SENDs complete as written, with nothing between. */
+static void tt_signaled_sends(bool ferry_pd)
+{
+	struct tt_opts o = { .rnr_retry = 7 };
+	int i, n = ferry_pd ? 1 : 2;	/* ferry: one, whose fence must come */
+	struct tcpw_seg s;
+	struct ferry_wc wc;
+	struct tt_raw r;
+	struct tt_end e;
+
+	tt_raw_pair(&e, &r, &o, ferry_pd);
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(tu_post_send1(e.qp, (uint64_t)i, FERRY_WR_SEND,
+					       FERRY_SEND_SIGNALED, e.buf, 8, e.mr->lkey, 0, 0), 0);
+		if (ferry_pd)
+			continue;
+		tu_poll1(e.cq, &wc);	/* the raw peer has answered nothing */
+		ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+		ck_assert_uint_eq(wc.wr_id, (uint64_t)i);
+	}
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(tt_raw_recv(&r, &s), 1);
+		ck_assert_int_eq(s.opcode, TCPW_OP_SEND);
+	}
+	if (ferry_pd) {
+		ck_assert_int_eq(tt_raw_recv(&r, &s), 1);
+		ck_assert_int_eq(s.opcode, TCPW_OP_READ_REQ);
+		ck_assert_uint_eq(s.u.rreq.size, 0);
+		tu_assert_cq_empty(e.cq);	/* until the Response comes */
+	}
+	tt_raw_close(&r);
+	tt_end_close(&e);
+}
+
+START_TEST(test_tcp_no_zero_read_to_stranger)
+{
+	tt_signaled_sends(false);
+}
+END_TEST
+
+START_TEST(test_tcp_zero_read_to_ferry)
+{
+	tt_signaled_sends(true);
+}
+END_TEST
+
 void tcp_hostile_tcases(Suite *s)
 {
 	TCase *tc = tcase_create("hostile");
@@ -356,5 +404,7 @@ void tcp_hostile_tcases(Suite *s)
 	tcase_add_test(tc, test_tcp_hostile_unasked_response);
 	tcase_add_test(tc, test_tcp_hostile_atomics);
 	tcase_add_test(tc, test_tcp_hostile_misaligned_atomic);
+	tcase_add_test(tc, test_tcp_no_zero_read_to_stranger);
+	tcase_add_test(tc, test_tcp_zero_read_to_ferry);
 	suite_add_tcase(s, tc);
 }

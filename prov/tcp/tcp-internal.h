@@ -88,6 +88,8 @@ struct tcp_attach {
 	struct tcpw_mpa_params mpa;
 	bool initiator;			/* we sent the Request */
 	bool rfc7306;			/* the peer takes opcodes 8-11 */
+	bool fence_reads;		/* zero-length READs may confirm WRs (a
+					 * ferry peer: see tcp_tx_wqe_written) */
 	uint8_t peer_rnr_retry;		/* 0..7 (7 forever); 7 when unknown */
 };
 

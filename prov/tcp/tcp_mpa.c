@@ -47,10 +47,11 @@ static void tcp_mpa_pd(uint8_t pd[TCP_PD_LEN], uint8_t rnr_retry)
 /* What the peer's private data says; a stranger's: no extensions. */
 static void tcp_mpa_peer(const struct tcpw_mpa_frame *f, struct tcp_attach *conn)
 {
-	conn->rfc7306 = false;
+	conn->rfc7306 = conn->fence_reads = false;
 	conn->peer_rnr_retry = 7;
 	if (f->pd_len < TCP_PD_LEN || tcpw_get32(f->pd) != TCP_PD_MAGIC || f->pd[4] < 1)
 		return;
+	conn->fence_reads = true;
 	conn->rfc7306 = f->pd[5] & TCP_CAP_RFC7306;
 	conn->peer_rnr_retry = f->pd[6] > 7 ? 7 : f->pd[6];
 }

@@ -102,10 +102,11 @@ static void tcp_mpa_step_peer(struct ferry_tcp_mpa *m)
 {
 	const struct tcpw_mpa_frame *f = &m->peer;
 
-	m->conn.rfc7306 = false;
+	m->conn.rfc7306 = m->conn.fence_reads = false;
 	m->conn.peer_rnr_retry = 7;
 	if (f->pd_len < TCP_PD_LEN || tcpw_get32(f->pd) != TCP_PD_MAGIC || f->pd[4] < 1)
 		return;
+	m->conn.fence_reads = true;
 	m->conn.rfc7306 = f->pd[5] & TCP_CAP_RFC7306;
 	m->conn.peer_rnr_retry = f->pd[6] > 7 ? 7 : f->pd[6];
 }
