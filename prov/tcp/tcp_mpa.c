@@ -51,8 +51,11 @@ size_t tcp_mpa_pd_peer(const uint8_t *pd, size_t len, struct tcp_attach *conn)
 
 	conn->rfc7306 = conn->fence_reads = false;
 	conn->peer_rnr_retry = 7;
-	if (!ours || tcpw_get32(ours + 4) != TCP_PD_MAGIC || ours[0] < 1)
+	if (!ours || tcpw_get32(ours + 4) != TCP_PD_MAGIC || ours[0] < 1) {
+		ferry_debug("tcp: the peer is not ferry (no ferry private data): "
+			    "no RFC 7306 opcodes, no READ fences");
 		return len;
+	}
 	conn->fence_reads = true;
 	conn->rfc7306 = ours[1] & TCP_CAP_RFC7306;
 	conn->peer_rnr_retry = ours[2] > 7 ? 7 : ours[2];
