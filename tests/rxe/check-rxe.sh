@@ -4,8 +4,9 @@
 # tests/rxe/Makefile.inc: make check-rxe, make check-siw).
 #
 #   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm sock interop
-#                                          rsocket; default: all of them
-#                                          on rxe, cm interop on siw)
+#                                          rsocket tcp; default: all but
+#                                          tcp on rxe, cm interop tcp on
+#                                          siw)
 #
 # On an iWARP device (siw0) three stages cannot hold, and skip saying why:
 # unit, whose suites join QPs with ferry_qp_exchange and a manual RTR (on
@@ -23,6 +24,11 @@
 #          (tests/rxe/interop-rping.sh).
 # rsocket: ferry's stream sockets against librdmacm's rsocket, both
 #          directions, RXE_RSOCK_BYTES each way (tests/rxe/interop-rsocket.sh).
+# tcp:     iWARP only: ferry's own tcp transport (user-space iWARP) against
+#          the kernel's siw: ferry-ping over tcp <-> rping over siw0, both
+#          directions, -V (tests/rxe/interop-siw-tcp.sh), and the CM suites
+#          with FERRY_TRANSPORT=tcp at the VM's address.  On rxe it skips:
+#          RoCE is not iWARP, and the suites are the host's own.
 # Prints one line per check and a closing "N passed, N failed, N skipped".
 # Exit status 0 when nothing failed, 1 otherwise, 77 when not in an RDMA VM.
 # Run it from the build tree (make check-rxe does): the programs are there
@@ -66,11 +72,11 @@ CM_SUITES="cm cm_robust"
 
 run_suite() {
 	suite=$1
-	log=/tmp/check-rxe-$suite.log
+	log=/tmp/check-rxe-$suite-$FERRY_TRANSPORT.log
 	if CK_RUN_SUITE=$suite timeout 300 ./tests/check_ferry > "$log" 2>&1; then
-		pass "suite $suite: $(tail -n 1 "$log")"
+		pass "suite $suite ($FERRY_TRANSPORT): $(tail -n 1 "$log")"
 	else
-		fail "suite $suite: $(tail -n 1 "$log")"
+		fail "suite $suite ($FERRY_TRANSPORT): $(tail -n 1 "$log")"
 		grep -E ':[EF]:' "$log" | head -n 20
 	fi
 	# Tests that do not hold on this transport return early and say why.
@@ -83,6 +89,14 @@ iwarp_reason() {
 	case $1 in
 	unit) echo "its suites join QPs with ferry_qp_exchange (a manual RTR): on iWARP only iw_cm connects a QP" ;;
 	sock|rsocket) echo "ferry's stream sockets use WRITE_WITH_IMM; rsocket's iWARP mode (without it) is not in ferry" ;;
+	esac
+}
+
+# The stages only iWARP can run: the reason, or nothing.
+roce_reason() {
+	[ "$iwarp" = 0 ] || return 0
+	case $1 in
+	tcp) echo "the tcp transport speaks iWARP, which rxe (RoCE) does not; make check-siw runs it" ;;
 	esac
 }
 
@@ -127,8 +141,23 @@ stage_rsocket() {
 	esac
 }
 
+# ferry-ping over the tcp transport and rping over siw0, each as server
+# of the other (interop-siw-tcp.sh); then the CM suites over tcp.
+stage_tcp() {
+	log=/tmp/check-rxe-tcp.log
+	RXE_ADDR=$ip timeout 600 "$srcdir/tests/rxe/interop-siw-tcp.sh" > "$log" 2>&1
+	case $? in
+	0) pass "tcp: $(tail -n 1 "$log")"; grep -E "^interop-siw-tcp: [0-9]+s:" "$log" | sed 's/^/  /' ;;
+	77) skip "tcp: $(tail -n 1 "$log")" ;;
+	*) fail "tcp: ferry-ping (tcp) <-> rping (siw)"; tail -n 30 "$log" ;;
+	esac
+	FERRY_TRANSPORT=tcp
+	stage_cm
+	FERRY_TRANSPORT=verbs
+}
+
 if [ "$iwarp" = 1 ]; then
-	stages=${*:-cm interop}
+	stages=${*:-cm interop tcp}
 else
 	stages=${*:-unit cm sock interop rsocket}
 fi
@@ -138,12 +167,18 @@ for st in $stages; do
 		skip "$st on iWARP: $why"
 		continue
 	fi
+	why=$(roce_reason "$st")
+	if [ -n "$why" ]; then
+		skip "$st on RoCE: $why"
+		continue
+	fi
 	case $st in
 	unit) stage_unit ;;
 	cm) stage_cm ;;
 	sock) stage_sock ;;
 	interop) stage_interop ;;
 	rsocket) stage_rsocket ;;
+	tcp) stage_tcp ;;
 	*) echo "check-rxe: unknown stage $st"; exit 2 ;;
 	esac
 done
