@@ -14,12 +14,16 @@
 # hosts and a 65000-byte ping is cut into 45 FPDUs by each side (on lo's
 # own 64 KiB MTU every message would be one FPDU).
 #
-# Besides the pings' data, it checks that siw logged no complaint (dmesg:
-# a Terminate it got, an MPA error) and that ferry knew siw for a stranger
-# (no RFC 7306 opcodes, no READ fences: docs/tcp-wire.md).
+# Besides the pings' data, it checks that ferry knew siw for a stranger
+# (no RFC 7306 opcodes, no READ fences: docs/tcp-wire.md), that what siw
+# cannot take (WRITE_WITH_IMM, SEND_WITH_IMM, atomics) is refused at post
+# time with EOPNOTSUPP and the QP still works (tests/rxe/siw-tcp-ops.c,
+# against rping -s), and that siw logged no complaint (dmesg: a Terminate
+# it got, an MPA error).
 #
 # Environment: RXE_ADDR (default: eth0's address, else 10.0.2.15),
-# FERRY_PING (default ./tools/ferry-ping), RXE_PING_COUNT (default 10),
+# FERRY_PING (default ./tools/ferry-ping), SIW_TCP_OPS (default
+# ./tests/rxe/siw-tcp-ops), RXE_PING_COUNT (default 10),
 # SIW_TCP_SIZES (default "64 65000"), SIW_TCP_MTU (default 1500).
 # Exit status: 0 all passed, 1 a check failed, 77 skipped (reason printed).
 set -u
@@ -166,6 +170,26 @@ for size in $sizes; do
 	[ $rc = 0 ] || { fail "rping -s exited with $rc:"; tail -n 20 "$tmp/rs.out" "$tmp/rs.err"; }
 	check_data "$tmp/rs.out" "server ping data: " "$size"
 done
+
+# --- what siw cannot take, refused at post time (siw-tcp-ops.c) ---
+ops=${SIW_TCP_OPS:-./tests/rxe/siw-tcp-ops}
+if [ -x "$ops" ]; then
+	port=7399
+	timeout 200 "${linebuf[@]}" rping -s -a "$addr" -p "$port" -v -d \
+		>"$tmp/ors.out" 2>"$tmp/ors.err" &
+	server=$!
+	pids+=("$server")
+	if [ ${#linebuf[@]} = 0 ]; then sleep 3; else wait_for "$tmp/ors.out" "rdma_listen" "$server"; fi
+	FERRY_TRANSPORT=tcp timeout 100 "$ops" "$addr" "$port" >"$tmp/ops.out" 2>"$tmp/ops.err"
+	rc=$?
+	sed "s/^/$prog: ${SECONDS}s: /" "$tmp/ops.out"
+	[ $rc = 0 ] || { fail "siw-tcp-ops exited with $rc:"; cat "$tmp/ops.err"; }
+	reap "$server"	# rping -s fails: its client leaves after one step
+	grep -q "^server ping data: siw-tcp-ops: read by siw" "$tmp/ors.out" ||
+		fail "rping -s did not READ siw-tcp-ops's buffer: $(tail -n 3 "$tmp/ors.out")"
+else
+	fail "$ops is not built (make tests/rxe/siw-tcp-ops)"
+fi
 
 # siw says what it did not like in the kernel log (a Terminate it got, an
 # MPA frame it refused); the module's loading lines are not complaints.
