@@ -4,9 +4,9 @@
 # tests/rxe/Makefile.inc: make check-rxe, make check-siw).
 #
 #   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm sock interop
-#                                          rsocket tcp; default: all but
-#                                          tcp on rxe, cm interop tcp on
-#                                          siw)
+#                                          rsocket tcp; default: all of
+#                                          them on rxe, where tcp skips,
+#                                          cm interop tcp on siw)
 #
 # On an iWARP device (siw0) three stages cannot hold, and skip saying why:
 # unit, whose suites join QPs with ferry_qp_exchange and a manual RTR (on
@@ -159,7 +159,7 @@ stage_tcp() {
 if [ "$iwarp" = 1 ]; then
 	stages=${*:-cm interop tcp}
 else
-	stages=${*:-unit cm sock interop rsocket}
+	stages=${*:-unit cm sock interop rsocket tcp}
 fi
 for st in $stages; do
 	why=$(iwarp_reason "$st")
