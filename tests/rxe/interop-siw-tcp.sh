@@ -83,10 +83,12 @@ check_data() {
 	[ $n = "$count" ] || fail "$file: $n ping lines, not $count"
 }
 
-# wait_for FILE PATTERN PID: until FILE has PATTERN (a server listens).
+# wait_for FILE PATTERN PID: until FILE has PATTERN (a server listens);
+# up to 60 s, as a program can take tens of seconds to start in the
+# emulated VM on a loaded host.
 wait_for() {
 	local _
-	for _ in $(seq 200); do
+	for _ in $(seq 600); do
 		grep -q "$2" "$1" 2>/dev/null && return 0
 		kill -0 "$3" 2>/dev/null || break
 		sleep 0.1
