@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <check.h>
 
+#include "export/tcp-export.h"
 #include "tcptest.h"
 #include "testutil.h"
 
@@ -341,6 +343,123 @@ START_TEST(test_tcp_hostile_misaligned_atomic)
 }
 END_TEST
 
+/* ferry confirms a signaled SEND with a zero-length READ towards ferry
+ * only: siw may answer one with its previous WQE's bytes (tcp_tx.c), so
+ * towards a stranger the SENDs complete as written, with nothing between. */
+static void tt_signaled_sends(bool ferry_pd)
+{
+	struct tt_opts o = { .rnr_retry = 7 };
+	int i, n = ferry_pd ? 1 : 2;	/* ferry: one, whose fence must come */
+	struct tcpw_seg s;
+	struct ferry_wc wc;
+	struct tt_raw r;
+	struct tt_end e;
+
+	tt_raw_pair(&e, &r, &o, ferry_pd);
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(tu_post_send1(e.qp, (uint64_t)i, FERRY_WR_SEND,
+					       FERRY_SEND_SIGNALED, e.buf, 8, e.mr->lkey, 0, 0), 0);
+		if (ferry_pd)
+			continue;
+		tu_poll1(e.cq, &wc);	/* the raw peer has answered nothing */
+		ck_assert_int_eq(wc.status, FERRY_WC_SUCCESS);
+		ck_assert_uint_eq(wc.wr_id, (uint64_t)i);
+	}
+	for (i = 0; i < n; i++) {
+		ck_assert_int_eq(tt_raw_recv(&r, &s), 1);
+		ck_assert_int_eq(s.opcode, TCPW_OP_SEND);
+	}
+	if (ferry_pd) {
+		ck_assert_int_eq(tt_raw_recv(&r, &s), 1);
+		ck_assert_int_eq(s.opcode, TCPW_OP_READ_REQ);
+		ck_assert_uint_eq(s.u.rreq.size, 0);
+		tu_assert_cq_empty(e.cq);	/* until the Response comes */
+	}
+	tt_raw_close(&r);
+	tt_end_close(&e);
+}
+
+START_TEST(test_tcp_no_zero_read_to_stranger)
+{
+	tt_signaled_sends(false);
+}
+END_TEST
+
+START_TEST(test_tcp_zero_read_to_ferry)
+{
+	tt_signaled_sends(true);
+}
+END_TEST
+
+/* ferry_tcp_mpa_read until the frame is in (a loopback peer: at once). */
+static int tt_mpa_read_all(struct ferry_tcp_mpa *m, int fd)
+{
+	int rc, i;
+
+	for (i = 0; i < 1000; i++) {
+		rc = ferry_tcp_mpa_read(m, fd);
+		if (rc != 0)
+			return rc;
+		usleep(1000);
+	}
+	return 0;
+}
+
+/* Read one raw MPA frame of @kind from @fd into @buf, decoded in @f_p. */
+static void tt_mpa_raw_read(int fd, enum tcpw_mpa_kind kind, uint8_t *buf,
+			    struct tcpw_mpa_frame *f_p)
+{
+	size_t len;
+
+	ck_assert_int_eq(recv(fd, buf, TCPW_MPA_HDR_LEN, MSG_WAITALL), TCPW_MPA_HDR_LEN);
+	ck_assert_int_eq(tcpw_mpa_frame_len(buf, kind, &len), 0);
+	ck_assert_int_eq(recv(fd, buf + TCPW_MPA_HDR_LEN, len - TCPW_MPA_HDR_LEN, MSG_WAITALL),
+			 (ssize_t)(len - TCPW_MPA_HDR_LEN));
+	ck_assert_int_eq(tcpw_mpa_decode(buf, len, kind, f_p), 0);
+}
+
+/*
+ * rdma_cm on iWARP gives a siw peer's ULP the MPA private data as it is:
+ * the CM's data must come first, ferry's 8 bytes after them (rsocket, for
+ * one, reads its header at offset 0).  And a siw Request's private data,
+ * 8 bytes or more of the ULP's own, reaches the CM whole.
+ */
+START_TEST(test_tcp_mpa_ulp_data_first)
+{
+	static const char ulp[] = "rsocket-style header";
+	uint8_t buf[TCPW_MPA_HDR_LEN + TCPW_MPA_PD_MAX], out[TCPW_MPA_HDR_LEN + TCPW_MPA_PD_MAX];
+	struct tcpw_mpa_frame req, rep;
+	struct tcpw_mpa_params params;
+	struct tcpw_mpa_local local;
+	struct ferry_tcp_mpa *m;
+	const uint8_t *pd;
+	size_t len;
+	int a, b;
+
+	tt_tcp_pair(&a, &b, 0);
+	m = ferry_tcp_mpa_new(true, 3);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(ferry_tcp_mpa_send_request(m, a, ulp, sizeof(ulp)), 0);
+	tt_mpa_raw_read(b, TCPW_MPA_REQ, buf, &req);
+	ck_assert_uint_eq(req.pd_len, sizeof(ulp) + TCP_PD_LEN);
+	ck_assert_mem_eq(req.pd, ulp, sizeof(ulp));
+	ck_assert_uint_eq(tcpw_get32(req.pd + req.pd_len - 4), TCP_PD_MAGIC);
+	/* A stranger's Reply: 12 bytes of its ULP, none of ferry's. */
+	ferry_tcp_mpa_local_default(&local);
+	ck_assert_int_eq(tcpw_mpa_answer(&req, &local, (const uint8_t *)"siw's answer", 12,
+					 &rep, &params), 0);
+	ck_assert_int_eq(tcpw_mpa_encode(&rep, out, sizeof(out), &len), 0);
+	ck_assert_int_eq(send(b, out, len, 0), (ssize_t)len);
+	ck_assert_int_eq(tt_mpa_read_all(m, a), 1);
+	pd = ferry_tcp_mpa_pdata(m, &len);
+	ck_assert_uint_eq(len, 12);
+	ck_assert_mem_eq(pd, "siw's answer", 12);
+	ferry_tcp_mpa_free(m);
+	close(a);
+	close(b);
+}
+END_TEST
+
 void tcp_hostile_tcases(Suite *s)
 {
 	TCase *tc = tcase_create("hostile");
@@ -356,5 +475,8 @@ void tcp_hostile_tcases(Suite *s)
 	tcase_add_test(tc, test_tcp_hostile_unasked_response);
 	tcase_add_test(tc, test_tcp_hostile_atomics);
 	tcase_add_test(tc, test_tcp_hostile_misaligned_atomic);
+	tcase_add_test(tc, test_tcp_no_zero_read_to_stranger);
+	tcase_add_test(tc, test_tcp_zero_read_to_ferry);
+	tcase_add_test(tc, test_tcp_mpa_ulp_data_first);
 	suite_add_tcase(s, tc);
 }

@@ -122,7 +122,7 @@ void tt_pair(struct tt_end *a, struct tt_end *b, const struct tt_opts *o)
 	ck_assert(ca.rfc7306 && cb.rfc7306);
 	ck_assert_int_eq(cb.peer_rnr_retry, o->rnr_retry);
 	if (o->no_rfc7306)
-		ca.rfc7306 = cb.rfc7306 = false;
+		ca.rfc7306 = cb.rfc7306 = ca.fence_reads = cb.fence_reads = false;
 	ob.rnr_retry = 7;
 	tt_join(a, fa, &ca, o);
 	tt_join(b, fb, &cb, &ob);

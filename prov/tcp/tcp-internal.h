@@ -78,7 +78,13 @@
 #define TCP_TERM_NO_BUFFER		0x02	/* untagged: invalid MSN, no buffer */
 #define TCP_TERM_TOO_LONG		0x05	/* untagged: message too long */
 
-/* ferry's MPA private data: magic, version, capabilities, rnr_retry. */
+/*
+ * ferry's MPA private data, the last 8 bytes of a frame's (after the
+ * ULP's: rdma_cm on iWARP hands the MPA private data to the ULP as it is,
+ * so a siw peer's ULP finds its own layout first and ours as trailing
+ * bytes, which rdma_cm ULPs ignore): version, capabilities, rnr_retry,
+ * 0, then the magic.
+ */
 #define TCP_PD_MAGIC		0x66727931u	/* "fry1" */
 #define TCP_PD_LEN		8
 #define TCP_CAP_RFC7306		0x01	/* takes Immediate Data and atomics */
@@ -88,6 +94,8 @@ struct tcp_attach {
 	struct tcpw_mpa_params mpa;
 	bool initiator;			/* we sent the Request */
 	bool rfc7306;			/* the peer takes opcodes 8-11 */
+	bool fence_reads;		/* zero-length READs may confirm WRs (a
+					 * ferry peer: see tcp_tx_wqe_written) */
 	uint8_t peer_rnr_retry;		/* 0..7 (7 forever); 7 when unknown */
 };
 
@@ -360,6 +368,11 @@ int ferry_tcp_mpa_respond(int fd, const struct tcpw_mpa_local *local, uint8_t rn
 /* Initiator: read and check the Reply; *conn_p on success. */
 int ferry_tcp_mpa_finish(int fd, const struct tcpw_mpa_local *local, uint8_t rnr_retry,
 			 struct tcp_attach *conn_p);
+/* ferry's 8 bytes of private data, for the end of a frame's. */
+void tcp_mpa_pd_put(uint8_t out[TCP_PD_LEN], uint8_t rnr_retry);
+/* A frame's private data @pd: its ULP's length (less ferry's 8 bytes, when
+ * there), with what they say in @conn (nothing of ferry's: a stranger). */
+size_t tcp_mpa_pd_peer(const uint8_t *pd, size_t len, struct tcp_attach *conn);
 /* ferry's defaults: CRC, IRD/ORD TCP_MAX_RD, peer-to-peer with WRITE and READ RTR. */
 void ferry_tcp_mpa_local_default(struct tcpw_mpa_local *local_p);
 

@@ -1,9 +1,10 @@
 /*
  * tcp_mpa.c - the MPA Request/Reply exchange (RFC 5044 s7, RFC 6581) on
  * a connected socket, with the codec's frames and rules, and ferry's own
- * private data: a magic, a version, capabilities (RFC 7306 opcodes) and
- * the sender's rnr_retry (tcp-internal.h says why the receiver needs it).
- * A peer without it (siw) gets none of ferry's extensions.
+ * private data behind the ULP's: a version, capabilities (RFC 7306
+ * opcodes), the sender's rnr_retry (tcp-internal.h says why the receiver
+ * needs it), a magic.  A peer without it (siw) gets none of ferry's
+ * extensions.
  *
  * Blocking, with a deadline per exchange (TCP_MPA_TIMEOUT_MS, siw's 10 s
  * for the Initiator): for tests and the CM's own threads.  Every read
@@ -35,24 +36,30 @@ void ferry_tcp_mpa_local_default(struct tcpw_mpa_local *local_p)
 	};
 }
 
-static void tcp_mpa_pd(uint8_t pd[TCP_PD_LEN], uint8_t rnr_retry)
+void tcp_mpa_pd_put(uint8_t out[TCP_PD_LEN], uint8_t rnr_retry)
 {
-	tcpw_put32(pd, TCP_PD_MAGIC);
-	pd[4] = 1;
-	pd[5] = TCP_CAP_RFC7306;
-	pd[6] = rnr_retry > 7 ? 7 : rnr_retry;
-	pd[7] = 0;
+	out[0] = 1;
+	out[1] = TCP_CAP_RFC7306;
+	out[2] = rnr_retry > 7 ? 7 : rnr_retry;
+	out[3] = 0;
+	tcpw_put32(out + 4, TCP_PD_MAGIC);
 }
 
-/* What the peer's private data says; a stranger's: no extensions. */
-static void tcp_mpa_peer(const struct tcpw_mpa_frame *f, struct tcp_attach *conn)
+size_t tcp_mpa_pd_peer(const uint8_t *pd, size_t len, struct tcp_attach *conn)
 {
-	conn->rfc7306 = false;
+	const uint8_t *ours = len >= TCP_PD_LEN ? pd + len - TCP_PD_LEN : NULL;
+
+	conn->rfc7306 = conn->fence_reads = false;
 	conn->peer_rnr_retry = 7;
-	if (f->pd_len < TCP_PD_LEN || tcpw_get32(f->pd) != TCP_PD_MAGIC || f->pd[4] < 1)
-		return;
-	conn->rfc7306 = f->pd[5] & TCP_CAP_RFC7306;
-	conn->peer_rnr_retry = f->pd[6] > 7 ? 7 : f->pd[6];
+	if (!ours || tcpw_get32(ours + 4) != TCP_PD_MAGIC || ours[0] < 1) {
+		ferry_debug("tcp: the peer is not ferry (no ferry private data): "
+			    "no RFC 7306 opcodes, no READ fences");
+		return len;
+	}
+	conn->fence_reads = true;
+	conn->rfc7306 = ours[1] & TCP_CAP_RFC7306;
+	conn->peer_rnr_retry = ours[2] > 7 ? 7 : ours[2];
+	return len - TCP_PD_LEN;
 }
 
 static int tcp_mpa_io(int fd, void *buf, size_t len, bool out, int timeout_ms)
@@ -124,7 +131,7 @@ int ferry_tcp_mpa_request(int fd, const struct tcpw_mpa_local *local, uint8_t rn
 	struct tcpw_mpa_frame req;
 	uint8_t pd[TCP_PD_LEN];
 
-	tcp_mpa_pd(pd, rnr_retry);
+	tcp_mpa_pd_put(pd, rnr_retry);
 	tcpw_mpa_request(local, pd, sizeof(pd), &req);
 	return tcp_mpa_send(fd, &req);
 }
@@ -139,7 +146,7 @@ int ferry_tcp_mpa_respond(int fd, const struct tcpw_mpa_local *local, uint8_t rn
 
 	if (tcp_mpa_recv(fd, TCPW_MPA_REQ, buf, &req) < 0)
 		return -1;
-	tcp_mpa_pd(pd, rnr_retry);
+	tcp_mpa_pd_put(pd, rnr_retry);
 	rc = tcpw_mpa_answer(&req, local, pd, sizeof(pd), &rep, &params);
 	if (tcp_mpa_send(fd, &rep) < 0)
 		return -1;
@@ -150,7 +157,7 @@ int ferry_tcp_mpa_respond(int fd, const struct tcpw_mpa_local *local, uint8_t rn
 	memset(conn_p, 0, sizeof(*conn_p));
 	conn_p->mpa = params;
 	conn_p->initiator = false;
-	tcp_mpa_peer(&req, conn_p);
+	tcp_mpa_pd_peer(req.pd, req.pd_len, conn_p);
 	return 0;
 }
 
@@ -164,7 +171,7 @@ int ferry_tcp_mpa_finish(int fd, const struct tcpw_mpa_local *local, uint8_t rnr
 
 	if (tcp_mpa_recv(fd, TCPW_MPA_REP, buf, &rep) < 0)
 		return -1;
-	tcp_mpa_pd(pd, rnr_retry);
+	tcp_mpa_pd_put(pd, rnr_retry);
 	tcpw_mpa_request(local, pd, sizeof(pd), &req);	/* what we sent */
 	rc = tcpw_mpa_check_reply(&req, &rep, &params);
 	if (rc < 0) {
@@ -174,6 +181,6 @@ int ferry_tcp_mpa_finish(int fd, const struct tcpw_mpa_local *local, uint8_t rnr
 	memset(conn_p, 0, sizeof(*conn_p));
 	conn_p->mpa = params;
 	conn_p->initiator = true;
-	tcp_mpa_peer(&rep, conn_p);
+	tcp_mpa_pd_peer(rep.pd, rep.pd_len, conn_p);
 	return 0;
 }

@@ -7,8 +7,9 @@
  * frame's bytes, never one past it (what follows is the peer's first
  * FPDU and belongs to the QP).
  *
- * Private data of a frame: ferry's 8 bytes (tcp_mpa.c), then the CM's.
- * A peer without ferry's (siw) gets its whole private data to the CM.
+ * Private data of a frame: the CM's, then ferry's 8 bytes (tcp_mpa.c),
+ * so that a siw peer's ULP finds its own data first.  A peer without
+ * ferry's (siw) gets its whole private data to the CM.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -36,6 +37,7 @@ struct ferry_tcp_mpa {
 	uint8_t buf[TCP_MPA_STEP_MAX];	/* the peer's frame, as it comes */
 	size_t have, want;		/* want: 0 until the header is in */
 	struct tcpw_mpa_frame peer;	/* decoded; pd points into buf */
+	size_t ulp_pd_len;		/* of peer.pd, less ferry's 8 bytes */
 	struct tcp_attach conn;		/* on success */
 };
 
@@ -56,18 +58,14 @@ void ferry_tcp_mpa_free(struct ferry_tcp_mpa *m)
 	free(m);
 }
 
-/* ferry's 8 bytes then @pd, in @out (TCP_PD_LEN + len bytes). */
+/* @pd then ferry's 8 bytes, in @out (len + TCP_PD_LEN bytes). */
 static uint16_t tcp_mpa_step_pd(const struct ferry_tcp_mpa *m, const void *pd, size_t len,
 				uint8_t *out)
 {
-	tcpw_put32(out, TCP_PD_MAGIC);
-	out[4] = 1;
-	out[5] = TCP_CAP_RFC7306;
-	out[6] = m->rnr_retry;
-	out[7] = 0;
 	if (len)
-		memcpy(out + TCP_PD_LEN, pd, len);
-	return (uint16_t)(TCP_PD_LEN + len);
+		memcpy(out, pd, len);
+	tcp_mpa_pd_put(out + len, m->rnr_retry);
+	return (uint16_t)(len + TCP_PD_LEN);
 }
 
 static int tcp_mpa_step_send(int fd, const struct tcpw_mpa_frame *f)
@@ -95,19 +93,6 @@ int ferry_tcp_mpa_send_request(struct ferry_tcp_mpa *m, int fd, const void *pd, 
 	m->sent_pd_len = tcp_mpa_step_pd(m, pd, len, m->sent_pd);
 	tcpw_mpa_request(&m->local, m->sent_pd, m->sent_pd_len, &req);
 	return tcp_mpa_step_send(fd, &req);
-}
-
-/* What ferry's private data of the peer says (tcp_mpa.c's rule). */
-static void tcp_mpa_step_peer(struct ferry_tcp_mpa *m)
-{
-	const struct tcpw_mpa_frame *f = &m->peer;
-
-	m->conn.rfc7306 = false;
-	m->conn.peer_rnr_retry = 7;
-	if (f->pd_len < TCP_PD_LEN || tcpw_get32(f->pd) != TCP_PD_MAGIC || f->pd[4] < 1)
-		return;
-	m->conn.rfc7306 = f->pd[5] & TCP_CAP_RFC7306;
-	m->conn.peer_rnr_retry = f->pd[6] > 7 ? 7 : f->pd[6];
 }
 
 /* Read up to @want bytes in all: 1 when there, 0 for EAGAIN, -1. */
@@ -140,7 +125,7 @@ static int tcp_mpa_step_done(struct ferry_tcp_mpa *m, int fd)
 		goto err_proto;
 	memset(&m->conn, 0, sizeof(m->conn));
 	m->conn.initiator = m->initiator;
-	tcp_mpa_step_peer(m);
+	m->ulp_pd_len = tcp_mpa_pd_peer(m->peer.pd, m->peer.pd_len, &m->conn);
 	if (m->initiator) {
 		tcpw_mpa_request(&m->local, m->sent_pd, m->sent_pd_len, &req);
 		rc = tcpw_mpa_check_reply(&req, &m->peer, &m->conn.mpa);
@@ -186,12 +171,8 @@ int ferry_tcp_mpa_read(struct ferry_tcp_mpa *m, int fd)
 
 const uint8_t *ferry_tcp_mpa_pdata(const struct ferry_tcp_mpa *m, size_t *len_p)
 {
-	const struct tcpw_mpa_frame *f = &m->peer;
-	bool ours = f->pd_len >= TCP_PD_LEN && tcpw_get32(f->pd) == TCP_PD_MAGIC;
-	size_t skip = ours ? TCP_PD_LEN : 0;
-
-	*len_p = f->pd ? f->pd_len - skip : 0;
-	return *len_p ? f->pd + skip : NULL;
+	*len_p = m->peer.pd ? m->ulp_pd_len : 0;
+	return *len_p ? m->peer.pd : NULL;
 }
 
 int ferry_tcp_mpa_send_reply(struct ferry_tcp_mpa *m, int fd, const void *pd, size_t len,

@@ -466,8 +466,16 @@ static void tcp_tx_wqe_written(struct tcp_qp *qp)
 	qp->tx_wqe_pending = false;
 	if (w->state != TCP_WQE_POSTED)
 		return;		/* flushed meanwhile */
-	if (tcp_orq_cap(qp) == 0) {
-		w->state = TCP_WQE_DONE;	/* no fence possible: TCP's word it is */
+	/*
+	 * No fence possible (ORD 0), or none to trust: siw (Linux 6.1)
+	 * answers a zero-length READ that arrives while it is sending with
+	 * the length and memory of its previous WQE (siw_activate_tx leaves
+	 * sge[0] stale for an IRQ entry without SGEs), a Response we must
+	 * refuse.  Towards a peer that is not ferry a WR completes when TCP
+	 * took it, as siw's own do.
+	 */
+	if (tcp_orq_cap(qp) == 0 || !qp->conn.fence_reads) {
+		w->state = TCP_WQE_DONE;
 	} else {
 		w->state = TCP_WQE_SENT;
 		if (w->flags & FERRY_SEND_SIGNALED)

@@ -4,9 +4,10 @@
 # tests/rxe/Makefile.inc: make check-rxe, make check-siw).
 #
 #   tests/rxe/check-rxe.sh [STAGE...]     (stages: unit cm sock interop
-#                                          rsocket pingpong ud; default:
-#                                          all of them on rxe, all but
-#                                          unit, pingpong and ud on siw)
+#                                          rsocket pingpong ud tcp;
+#                                          default: all of them on rxe,
+#                                          where tcp skips; all but unit,
+#                                          pingpong and ud on siw)
 #
 # On an iWARP device (siw0) three stages cannot hold, and skip saying why:
 # unit, whose suites join QPs with ferry_qp_exchange and a manual RTR (on
@@ -32,6 +33,11 @@
 #          FERRY_TRANSPORT=verbs.
 # ud:      examples/ud_pingpong against rdma-core's ibv_ud_pingpong, each as
 #          the server of the other, over the IPv4 GID (tests/ud-pingpong.sh).
+# tcp:     iWARP only: ferry's own tcp transport (user-space iWARP) against
+#          the kernel's siw: ferry-ping over tcp <-> rping over siw0, both
+#          directions, -V (tests/rxe/interop-siw-tcp.sh), and the CM suites
+#          with FERRY_TRANSPORT=tcp at the VM's address.  On rxe it skips:
+#          RoCE is not iWARP, and the suites are the host's own.
 # Prints one line per check and a closing "N passed, N failed, N skipped".
 # Exit status 0 when nothing failed, 1 otherwise, 77 when not in an RDMA VM.
 # Run it from the build tree (make check-rxe does): the programs are there
@@ -75,11 +81,11 @@ CM_SUITES="cm cm_robust"
 
 run_suite() {
 	suite=$1
-	log=/tmp/check-rxe-$suite.log
+	log=/tmp/check-rxe-$suite-$FERRY_TRANSPORT.log
 	if CK_RUN_SUITE=$suite timeout 300 ./tests/check_ferry > "$log" 2>&1; then
-		pass "suite $suite: $(tail -n 1 "$log")"
+		pass "suite $suite ($FERRY_TRANSPORT): $(tail -n 1 "$log")"
 	else
-		fail "suite $suite: $(tail -n 1 "$log")"
+		fail "suite $suite ($FERRY_TRANSPORT): $(tail -n 1 "$log")"
 		grep -E ':[EF]:' "$log" | head -n 20
 	fi
 	# Tests that do not hold on this transport return early and say why.
@@ -93,6 +99,14 @@ iwarp_reason() {
 	unit) echo "its suites join QPs with ferry_qp_exchange (a manual RTR): on iWARP only iw_cm connects a QP" ;;
 	pingpong) echo "its QPs are joined out of band: on iWARP only iw_cm connects a QP, and there is no UC" ;;
 	ud) echo "iWARP has no unreliable datagrams" ;;
+	esac
+}
+
+# The stages only iWARP can run: the reason, or nothing.
+roce_reason() {
+	[ "$iwarp" = 0 ] || return 0
+	case $1 in
+	tcp) echo "the tcp transport speaks iWARP, which rxe (RoCE) does not; make check-siw runs it" ;;
 	esac
 }
 
@@ -174,15 +188,35 @@ stage_ud() {
 	esac
 }
 
+# ferry-ping over the tcp transport and rping over siw0, each as server
+# of the other (interop-siw-tcp.sh); then the CM suites over tcp.
+stage_tcp() {
+	log=/tmp/check-rxe-tcp.log
+	RXE_ADDR=$ip timeout 600 "$srcdir/tests/rxe/interop-siw-tcp.sh" > "$log" 2>&1
+	case $? in
+	0) pass "tcp: $(tail -n 1 "$log")"; grep -E "^interop-siw-tcp: [0-9]+s:" "$log" | sed 's/^/  /' ;;
+	77) skip "tcp: $(tail -n 1 "$log")" ;;
+	*) fail "tcp: ferry-ping (tcp) <-> rping (siw)"; tail -n 30 "$log" ;;
+	esac
+	FERRY_TRANSPORT=tcp
+	stage_cm
+	FERRY_TRANSPORT=verbs
+}
+
 if [ "$iwarp" = 1 ]; then
-	stages=${*:-cm sock interop rsocket}
+	stages=${*:-cm sock interop rsocket tcp}
 else
-	stages=${*:-unit cm sock interop rsocket pingpong ud}
+	stages=${*:-unit cm sock interop rsocket pingpong ud tcp}
 fi
 for st in $stages; do
 	why=$(iwarp_reason "$st")
 	if [ -n "$why" ]; then
 		skip "$st on iWARP: $why"
+		continue
+	fi
+	why=$(roce_reason "$st")
+	if [ -n "$why" ]; then
+		skip "$st on RoCE: $why"
 		continue
 	fi
 	case $st in
@@ -193,6 +227,7 @@ for st in $stages; do
 	rsocket) stage_rsocket ;;
 	pingpong) stage_pingpong ;;
 	ud) stage_ud ;;
+	tcp) stage_tcp ;;
 	*) echo "check-rxe: unknown stage $st"; exit 2 ;;
 	esac
 done
