@@ -17,74 +17,23 @@
 # Needs root, ip(8) with netns and, for 1, a C compiler (CC, else cc);
 # skips (77) otherwise, saying why.
 set -u
+# shellcheck source=tests/netns-lib.sh
+. "$(dirname "$0")/netns-lib.sh"
 
 prog="sock-netns.sh"
 peer=./tests/sock-peer
 ns1="ferry-sk1-$$" ns2="ferry-sk2-$$"
+if1="sv1-$$" if2="sv2-$$"
 a1=10.78.0.1 a2=10.78.0.2
 mb=${SOCK_NETNS_MB:-256}
 # Bounds, generous for a slow shared machine: not timings under test.
 run_s=600
-skip() { echo "$prog: SKIP: $*"; exit 77; }
-fail() { echo "$prog: FAIL: $*"; failed=1; }
-failed=0
 
 [ -x "$peer" ] || skip "$peer is not built (make check builds it)"
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces and a veth pair)"
-command -v ip >/dev/null || skip "ip(8) is not installed"
-command -v timeout >/dev/null || skip "timeout(1) is not installed"
-ip netns add "$ns1" 2>/dev/null || skip "cannot make a network namespace here"
+netns_up
 
-tmp=$(mktemp -d)
-pids=()
-# shellcheck disable=SC2317
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
-	ip netns del "$ns1" 2>/dev/null
-	ip netns del "$ns2" 2>/dev/null
-	[ -n "${KEEP:-}" ] && cp -r "$tmp" "$KEEP"
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
 
-ip netns add "$ns2" || skip "cannot make a second network namespace"
-ip link add "sv1-$$" type veth peer name "sv2-$$" 2>/dev/null ||
-	skip "cannot make a veth pair here"
-ip link set "sv1-$$" netns "$ns1" && ip link set "sv2-$$" netns "$ns2" &&
-ip -n "$ns1" addr add "$a1/24" dev "sv1-$$" && ip -n "$ns2" addr add "$a2/24" dev "sv2-$$" &&
-ip -n "$ns1" link set "sv1-$$" up && ip -n "$ns2" link set "sv2-$$" up &&
-ip -n "$ns1" link set lo up && ip -n "$ns2" link set lo up ||
-	skip "cannot set the veth pair up"
-
-unset FERRY_TRANSPORT FERRY_STREAM_IWARP
-
-in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
-
-# bounded_wait PID SECS: its exit status, or 124 (and killed) after SECS.
-bounded_wait() {
-	local i
-	for ((i = 0; i < $2 * 10; i++)); do
-		kill -0 "$1" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$1" 2>/dev/null; then
-		kill -9 "$1" 2>/dev/null
-		wait "$1" 2>/dev/null
-		return 124
-	fi
-	wait "$1"
-}
-
-# wait_listening NS PORT: until a socket listens there (the server is up).
-wait_listening() {
-	local i
-	for ((i = 0; i < 300; i++)); do
-		in_ns "$1" ss -Hltn "sport = :$2" 2>/dev/null | grep -q . && return 0
-		sleep 0.1
-	done
-	return 1
-}
+unset FERRY_STREAM_IWARP
 
 # --- 1. sock_hello, from the README ---
 

@@ -20,6 +20,8 @@
 # with the link down only.  Every run is bounded by timeout(1).  Needs root,
 # ip(8) with netns and a veth pair; skips (77) otherwise.
 set -u
+# shellcheck source=tests/netns-lib.sh
+. "$(dirname "$0")/netns-lib.sh"
 
 prog="tcp-netns-faults.sh"
 mix=./tests/tcp_mix
@@ -30,68 +32,9 @@ a1=10.78.0.1 a2=10.78.0.2
 run_s=300		# one 256 MiB run under faults
 KILL_BOUND_S=${KILL_BOUND_S:-3}
 mix_bytes=$((256 << 20))
-skip() { echo "$prog: SKIP: $*"; exit 77; }
-fail() { echo "$prog: FAIL: $*"; failed=1; }
-note() { echo "$prog: $*"; }
-failed=0
 
 [ -x "$mix" ] || skip "tests/tcp_mix is not built"
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces and a veth pair)"
-command -v ip >/dev/null || skip "ip(8) is not installed"
-command -v timeout >/dev/null || skip "timeout(1) is not installed"
-ip netns add "$ns1" 2>/dev/null || skip "cannot make a network namespace here"
-
-tmp=$(mktemp -d)
-pids=()
-# shellcheck disable=SC2317
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
-	ip netns del "$ns1" 2>/dev/null
-	ip netns del "$ns2" 2>/dev/null
-	# KEEP=dir: the logs are copied there, for a look at a failure.
-	[ -n "${KEEP:-}" ] && cp -r "$tmp" "$KEEP"
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-ip netns add "$ns2" || skip "cannot make a second network namespace"
-ip link add "$if1" type veth peer name "$if2" 2>/dev/null ||
-	skip "cannot make a veth pair here"
-ip link set "$if1" netns "$ns1" && ip link set "$if2" netns "$ns2" &&
-ip -n "$ns1" addr add "$a1/24" dev "$if1" && ip -n "$ns2" addr add "$a2/24" dev "$if2" &&
-ip -n "$ns1" link set "$if1" up && ip -n "$ns2" link set "$if2" up &&
-ip -n "$ns1" link set lo up && ip -n "$ns2" link set lo up ||
-	skip "cannot set the veth pair up"
-
-unset FERRY_TRANSPORT
-
-in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
-
-# bounded_wait PID SECS: its exit status, or 124 (and killed) after SECS.
-bounded_wait() {
-	local i
-	for ((i = 0; i < $2 * 10; i++)); do
-		kill -0 "$1" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$1" 2>/dev/null; then
-		kill -9 "$1" 2>/dev/null
-		wait "$1" 2>/dev/null
-		return 124
-	fi
-	wait "$1"
-}
-
-# wait_listening NS PORT: until a socket listens there (the server is up).
-wait_listening() {
-	local i
-	for ((i = 0; i < 300; i++)); do
-		in_ns "$1" ss -Hltn "sport = :$2" 2>/dev/null | grep -q . && return 0
-		sleep 0.1
-	done
-	return 1
-}
+netns_up
 
 # server PORT LOG ARGS...: tcp_mix -s in ns1, in the background ($spid).
 server() {

@@ -11,6 +11,8 @@
 # only the Request at the start of a connection.)  Needs root, ip netns,
 # tshark/dumpcap (Debian package tshark); skips otherwise.
 set -u
+# shellcheck source=tests/netns-lib.sh
+. "$(dirname "$0")/netns-lib.sh"
 
 prog="tcp-netns-tshark.sh"
 ping=./tools/ferry-ping
@@ -19,69 +21,15 @@ ns1="ferry-tsh1-$$" ns2="ferry-tsh2-$$"
 if1="ft1-$$" if2="ft2-$$"
 a1=10.79.0.1 a2=10.79.0.2
 run_s=60	# a run's bound on a slow shared machine; not a timing under test
-skip() { echo "$prog: SKIP: $*"; exit 77; }
-fail() { echo "$prog: FAIL: $*"; failed=1; }
-failed=0
 
 [ -x "$ping" ] || skip "ferry-ping is not built"
 [ -x "$mix" ] || skip "tests/tcp_mix is not built"
 command -v tshark >/dev/null || skip "tshark is not installed (Debian package tshark)"
 command -v dumpcap >/dev/null || skip "dumpcap is not installed (Debian package tshark)"
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces, a veth pair, a capture)"
-command -v ip >/dev/null || skip "ip(8) is not installed"
-ip netns add "$ns1" 2>/dev/null || skip "cannot make a network namespace here"
-
-tmp=$(mktemp -d)
-pids=()
-# shellcheck disable=SC2317
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
-	ip netns del "$ns1" 2>/dev/null
-	ip netns del "$ns2" 2>/dev/null
-	[ -n "${KEEP:-}" ] && cp -r "$tmp" "$KEEP"
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+netns_up
 # A private profile: the user's Wireshark preferences must not change
 # what is decoded.
 export HOME=$tmp XDG_CONFIG_HOME=$tmp/config
-
-ip netns add "$ns2" || skip "cannot make a second network namespace"
-ip link add "$if1" type veth peer name "$if2" 2>/dev/null ||
-	skip "cannot make a veth pair here"
-ip link set "$if1" netns "$ns1" && ip link set "$if2" netns "$ns2" &&
-ip -n "$ns1" addr add "$a1/24" dev "$if1" && ip -n "$ns2" addr add "$a2/24" dev "$if2" &&
-ip -n "$ns1" link set "$if1" up && ip -n "$ns2" link set "$if2" up &&
-ip -n "$ns1" link set lo up && ip -n "$ns2" link set lo up ||
-	skip "cannot set the veth pair up"
-unset FERRY_TRANSPORT
-
-in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
-
-# bounded_wait PID SECS: its exit status, or 124 (and killed) after SECS.
-bounded_wait() {
-	local i
-	for ((i = 0; i < $2 * 10; i++)); do
-		kill -0 "$1" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$1" 2>/dev/null; then
-		kill -9 "$1" 2>/dev/null
-		wait "$1" 2>/dev/null
-		return 124
-	fi
-	wait "$1"
-}
-
-wait_listening() {
-	local i
-	for ((i = 0; i < 300; i++)); do
-		in_ns "$1" ss -Hltn "sport = :$2" 2>/dev/null | grep -q . && return 0
-		sleep 0.1
-	done
-	return 1
-}
 
 # pair TAG PORT SERVER-CMD... -- CLIENT-CMD...: one server in ns1, one
 # client in ns2 (bounded); both must succeed.

@@ -9,75 +9,19 @@
 # ferry-perf's address form between the two.  Needs root and ip(8) with
 # netns; skips otherwise.
 set -u
+# shellcheck source=tests/netns-lib.sh
+. "$(dirname "$0")/netns-lib.sh"
 
 prog="tcp-netns.sh"
 ping=./tools/ferry-ping
 ns1="ferry-tcp1-$$" ns2="ferry-tcp2-$$"
+if1="fv1-$$" if2="fv2-$$"
 a1=10.77.0.1 a2=10.77.0.2
 # Bounds, generous for a slow shared machine: not timings under test.
 run_s=60	# a ping run, a side's end after its peer died
-skip() { echo "$prog: SKIP: $*"; exit 77; }
-fail() { echo "$prog: FAIL: $*"; failed=1; }
-failed=0
 
 [ -x "$ping" ] || skip "ferry-ping is not built"
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces and a veth pair)"
-command -v ip >/dev/null || skip "ip(8) is not installed"
-command -v timeout >/dev/null || skip "timeout(1) is not installed"
-ip netns add "$ns1" 2>/dev/null || skip "cannot make a network namespace here"
-
-tmp=$(mktemp -d)
-pids=()
-# shellcheck disable=SC2317
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
-	ip netns del "$ns1" 2>/dev/null
-	ip netns del "$ns2" 2>/dev/null
-	# KEEP=dir: the logs are copied there, for a look at a failure.
-	[ -n "${KEEP:-}" ] && cp -r "$tmp" "$KEEP"
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-ip netns add "$ns2" || skip "cannot make a second network namespace"
-ip link add "fv1-$$" type veth peer name "fv2-$$" 2>/dev/null ||
-	skip "cannot make a veth pair here"
-ip link set "fv1-$$" netns "$ns1" && ip link set "fv2-$$" netns "$ns2" &&
-ip -n "$ns1" addr add "$a1/24" dev "fv1-$$" && ip -n "$ns2" addr add "$a2/24" dev "fv2-$$" &&
-ip -n "$ns1" link set "fv1-$$" up && ip -n "$ns2" link set "fv2-$$" up &&
-ip -n "$ns1" link set lo up && ip -n "$ns2" link set lo up ||
-	skip "cannot set the veth pair up"
-
-unset FERRY_TRANSPORT
-
-# in_ns NS CMD...: run CMD in namespace NS (ip execs it: same pid).
-in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
-
-# bounded_wait PID SECS: its exit status, or 124 (and killed) after SECS.
-bounded_wait() {
-	local i
-	for ((i = 0; i < $2 * 10; i++)); do
-		kill -0 "$1" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$1" 2>/dev/null; then
-		kill -9 "$1" 2>/dev/null
-		wait "$1" 2>/dev/null
-		return 124
-	fi
-	wait "$1"
-}
-
-# wait_listening NS PORT: until a socket listens there (the server is up).
-wait_listening() {
-	local i
-	for ((i = 0; i < 300; i++)); do
-		in_ns "$1" ss -Hltn "sport = :$2" 2>/dev/null | grep -q . && return 0
-		sleep 0.1
-	done
-	return 1
-}
+netns_up
 
 # server NS ADDR PORT LOG [args]: a ferry-ping server in the background.
 server() {
