@@ -182,6 +182,10 @@ void verbs_qp_exchange_abort(struct ferry_qp *qp);
 struct ferry_ah *verbs_create_ah(struct ferry_pd *pd, struct ferry_ah_attr *attr);
 int verbs_destroy_ah(struct ferry_ah *ah);
 void verbs_ud_wr_to_ibv(const struct ferry_send_wr *in, struct ibv_send_wr *out);
+/* Address vectors to and from libibverbs' struct (AHs, QPs joined out of band). */
+void verbs_ah_to_ibv(struct ibv_ah_attr *out, const struct ferry_ah_attr *in,
+		     uint8_t default_port);
+void verbs_ah_from_ibv(struct ferry_ah_attr *out, const struct ibv_ah_attr *in);
 
 /*
  * verbs_device_max_inline - the largest max_inline_data the device accepts

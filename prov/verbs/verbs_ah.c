@@ -30,9 +30,30 @@ static inline struct verbs_ah *to_vah(struct ferry_ah *ah)
 	return container_of(ah, struct verbs_ah, ah);
 }
 
-static void verbs_ah_attr_to_ibv(const struct ferry_ah_attr *in, struct ibv_ah_attr *out)
+/*
+ * An address vector in libibverbs' form: an AH's, or a QP's joined out of
+ * band (@default_port where the caller named none; 0 keeps it 0).
+ */
+void verbs_ah_to_ibv(struct ibv_ah_attr *out, const struct ferry_ah_attr *in,
+			    uint8_t default_port)
 {
 	memset(out, 0, sizeof(*out));
+	memcpy(&out->grh.dgid, &in->grh.dgid, sizeof(out->grh.dgid));
+	out->grh.flow_label = in->grh.flow_label;
+	out->grh.sgid_index = in->grh.sgid_index;
+	out->grh.hop_limit = in->grh.hop_limit;
+	out->grh.traffic_class = in->grh.traffic_class;
+	out->dlid = in->dlid;
+	out->sl = in->sl;
+	out->src_path_bits = in->src_path_bits;
+	out->static_rate = in->static_rate;
+	out->is_global = in->is_global;
+	out->port_num = in->port_num ? in->port_num : default_port;
+}
+
+/* The reverse, for ferry_query_qp. */
+void verbs_ah_from_ibv(struct ferry_ah_attr *out, const struct ibv_ah_attr *in)
+{
 	memcpy(&out->grh.dgid, &in->grh.dgid, sizeof(out->grh.dgid));
 	out->grh.flow_label = in->grh.flow_label;
 	out->grh.sgid_index = in->grh.sgid_index;
@@ -53,7 +74,7 @@ struct ferry_ah *verbs_create_ah(struct ferry_pd *pd, struct ferry_ah_attr *attr
 
 	if (!vah)
 		return NULL;
-	verbs_ah_attr_to_ibv(attr, &ia);
+	verbs_ah_to_ibv(&ia, attr, 0);
 	errno = 0;
 	vah->ibv = verbs_ptr(ibv_create_ah(to_vpd(pd)->ibv, &ia), EINVAL);
 	if (!vah->ibv) {

@@ -225,24 +225,6 @@ static void verbs_qp_peer_av(struct verbs_qp *qp, const struct ferry_ah_attr *us
 	}
 }
 
-/* An address vector as the caller gave it (joined out of band). */
-static void verbs_ah_to_ibv(struct ibv_ah_attr *out, const struct ferry_ah_attr *in,
-			    uint8_t default_port)
-{
-	memset(out, 0, sizeof(*out));
-	memcpy(&out->grh.dgid, &in->grh.dgid, sizeof(out->grh.dgid));
-	out->grh.flow_label = in->grh.flow_label;
-	out->grh.sgid_index = in->grh.sgid_index;
-	out->grh.hop_limit = in->grh.hop_limit;
-	out->grh.traffic_class = in->grh.traffic_class;
-	out->dlid = in->dlid;
-	out->sl = in->sl;
-	out->src_path_bits = in->src_path_bits;
-	out->static_rate = in->static_rate;
-	out->is_global = in->is_global;
-	out->port_num = in->port_num ? in->port_num : default_port;
-}
-
 /* The path MTU both ports can carry: never above either's active MTU. */
 static enum ibv_mtu verbs_qp_path_mtu(struct verbs_qp *qp, enum ferry_mtu want)
 {
@@ -320,21 +302,6 @@ int verbs_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 out_unlock:
 	pthread_mutex_unlock(&qp->lock);
 	return err ? ERR(err) : 0;
-}
-
-static void verbs_ah_from_ibv(struct ferry_ah_attr *out, const struct ibv_ah_attr *in)
-{
-	memcpy(&out->grh.dgid, &in->grh.dgid, sizeof(out->grh.dgid));
-	out->grh.flow_label = in->grh.flow_label;
-	out->grh.sgid_index = in->grh.sgid_index;
-	out->grh.hop_limit = in->grh.hop_limit;
-	out->grh.traffic_class = in->grh.traffic_class;
-	out->dlid = in->dlid;
-	out->sl = in->sl;
-	out->src_path_bits = in->src_path_bits;
-	out->static_rate = in->static_rate;
-	out->is_global = in->is_global;
-	out->port_num = in->port_num;
 }
 
 static void verbs_cap_from_ibv(struct ferry_qp_cap *out, const struct ibv_qp_cap *in)
