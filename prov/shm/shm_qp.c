@@ -100,13 +100,18 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 	if (!qp)
 		return NULL;
 	qp->cap = attr->cap;
+	if (attr->srq && shm_srq_qp_caps(to_ssrq(attr->srq), pd, &qp->cap)) {
+		free(qp);
+		errno = EINVAL;
+		return NULL;
+	}
 	if (qp->cap.max_send_sge == 0)
 		qp->cap.max_send_sge = 1;
 	if (qp->cap.max_recv_sge == 0)
 		qp->cap.max_recv_sge = 1;
 	qp->sq_sig_all = attr->sq_sig_all;
 	qp->sq_size = pow2_at_least(attr->cap.max_send_wr ? attr->cap.max_send_wr : 1);
-	qp->rq_size = pow2_at_least(attr->cap.max_recv_wr ? attr->cap.max_recv_wr : 1);
+	qp->rq_size = pow2_at_least(qp->cap.max_recv_wr ? qp->cap.max_recv_wr : 1);
 	qp->sq_stride = sizeof(struct shm_swqe) +
 			qp->cap.max_send_sge * sizeof(struct ferry_sge) +
 			((qp->cap.max_inline_data + 7) & ~7u);
@@ -127,6 +132,8 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 	qp->qp.handle = qp->qp.qp_num;
 	qp->qp.state = FERRY_QPS_RESET;
 	qp->qp.qp_type = FERRY_QPT_RC;
+	if (attr->srq && shm_srq_attach(to_ssrq(attr->srq), qp))
+		goto err_free;
 
 	ferry_lock(&to_scq(attr->send_cq)->lock);
 	to_scq(attr->send_cq)->nqps++;
@@ -174,6 +181,8 @@ void shm_qp_set_error(struct shm_qp *qp, const char *why)
 	__atomic_store_n(&qp->qp.state, FERRY_QPS_ERR, __ATOMIC_RELEASE);
 	if (qp->region)
 		atomic_store(&qp->region->in_error, 1);
+	if (qp->srq)
+		shm_srq_qp_error(qp);	/* its window back to the SRQ, LAST_WQE */
 	shm_qp_flush_sq(qp);
 	ferry_lock(&rcq->lock);
 	shm_cq_signal_local(rcq, true);
@@ -253,7 +262,10 @@ static int shm_qp_check_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, i
 static void shm_qp_reset(struct shm_qp *qp)
 {
 	ferry_lock(&qp->rq_lock);
+	if (qp->srq)
+		shm_srq_qp_reset(qp);	/* its window back to the SRQ */
 	qp->rq_prod = qp->rq_cons = 0;
+	qp->comm_est = false;
 	ferry_unlock(&qp->rq_lock);
 	qp->sq_head = qp->sq_exec = 0;
 	qp->dq_seq = qp->peer_rq_known = 0;
@@ -317,6 +329,8 @@ int shm_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 		} else if (next == FERRY_QPS_RTS) {
 			shm_sq_progress(qp);	/* SQD -> RTS resumes */
 		}
+		if (qp->srq)
+			shm_srq_fill(qp);	/* receives may be posted from INIT on */
 	}
 	ferry_unlock(&qp->sq_lock);
 	return 0;
@@ -354,6 +368,7 @@ int shm_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
 	init->qp_context = fqp->qp_context;
 	init->send_cq = fqp->send_cq;
 	init->recv_cq = fqp->recv_cq;
+	init->srq = fqp->srq;
 	init->cap = qp->cap;
 	init->qp_type = FERRY_QPT_RC;
 	init->sq_sig_all = qp->sq_sig_all;
@@ -366,6 +381,8 @@ int shm_destroy_qp(struct ferry_qp *fqp)
 	struct shm_cq *scq = to_scq(fqp->send_cq), *rcq = to_scq(fqp->recv_cq);
 
 	shm_monitor_forget(qp);
+	if (qp->srq)
+		shm_srq_detach(qp);	/* no more top-ups; reset gives its window back */
 	shm_pd_remove_qp(to_spd(fqp->pd), qp);
 	shm_cq_detach_recv(rcq, qp);
 	if (scq != rcq)
