@@ -184,6 +184,26 @@ START_TEST(test_srq_objects)
 	ck_assert_int_eq(ferry_query_srq(srq, &a), 0);
 	ck_assert_uint_eq(a.srq_limit, 5);
 
+	/* Resized where the device can: up, and not below what is posted. */
+	{
+		struct ferry_device_attr dev;
+
+		ck_assert_int_eq(ferry_query_device(r.ctx, &dev), 0);
+		if (dev.device_cap_flags & FERRY_DEVICE_SRQ_RESIZE) {
+			for (uint32_t i = 0; i < 3; i++)
+				srq_post(&r, srq, i);
+			a.max_wr = 2 * S_MAX_WR;
+			ck_assert_int_eq(ferry_modify_srq(srq, &a, FERRY_SRQ_MAX_WR), 0);
+			ck_assert_int_eq(ferry_query_srq(srq, &a), 0);
+			ck_assert_uint_ge(a.max_wr, 2 * S_MAX_WR);
+			ck_assert_uint_eq(a.srq_limit, 5);
+			a.max_wr = 2;
+			errno = 0;
+			ck_assert_int_eq(ferry_modify_srq(srq, &a, FERRY_SRQ_MAX_WR), -1);
+			ck_assert_int_eq(errno, EINVAL);
+		}
+	}
+
 	/* Its QP has no receive queue of its own, and says whose it uses. */
 	errno = 0;
 	ck_assert_int_eq(ferry_post_recv(r.qp, &wr, &bad), -1);

@@ -61,7 +61,7 @@ export FERRY_TRANSPORT=verbs
 
 # Suites whose tests hold for every provider.  hostile and peer are about
 # shm's shared memory and its peer-death detection; they stay on shm.
-UNIT_SUITES="objects query qp_state ops errors rnr flush channel"
+UNIT_SUITES="objects query qp_state ops errors rnr flush channel srq"
 CM_SUITES="cm cm_robust"
 
 run_suite() {
