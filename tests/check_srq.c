@@ -352,8 +352,9 @@ START_TEST(test_srq_async_fd_nonblocking)
 END_TEST
 
 /*
- * A QP moved to ERR: LAST_WQE_REACHED, and what it held stays in the SRQ
- * (no flush): a second QP on it receives into those very buffers.
+ * A QP moved to ERR: LAST_WQE_REACHED; what it received completes still;
+ * what it held and was not delivered to stays in the SRQ (no flush): a
+ * second QP on it receives into those very buffers.
  */
 START_TEST(test_srq_last_wqe)
 {
@@ -362,8 +363,9 @@ START_TEST(test_srq_last_wqe)
 	struct tu_end s2, r2;
 	uint64_t ids[4];
 
-	for (uint32_t i = 0; i < 4; i++)
+	for (uint32_t i = 0; i < 6; i++)
 		srq_post(&r, srq, i);
+	srq_send(&s, 2, 40);	/* delivered, not polled */
 	ck_assert_int_eq(ferry_modify_qp(r.qp, &attr, FERRY_QP_STATE), 0);
 	/* rxe (Linux 6.1's) raises none: the event is the device's to give. */
 	if (tu_on_shm() || srq_fd_ready(r.ctx, 2000))
@@ -371,6 +373,10 @@ START_TEST(test_srq_last_wqe)
 	else
 		printf("note: the device raised no LAST_WQE_REACHED\n");
 	ck_assert(!srq_fd_ready(r.ctx, S_QUIET_MS));
+	srq_recv(r.recv_cq, 2, r.qp->qp_num, ids);
+	ck_assert_uint_eq(ids[0], 0);
+	ck_assert_uint_eq(ids[1], 1);
+	ck_assert(tu_check(r.buf, 40, 3));
 	tu_assert_cq_empty(r.recv_cq);
 
 	/* r2 borrows r's PD and CQs for a second QP on the SRQ. */
@@ -383,8 +389,8 @@ START_TEST(test_srq_last_wqe)
 	srq_send(&s2, 4, 80);
 	srq_recv(r.recv_cq, 4, r2.qp->qp_num, ids);
 	for (int i = 0; i < 4; i++) {
-		ck_assert_uint_eq(ids[i], (uint64_t)i);
-		ck_assert(tu_check(r.buf + i * S_SLOT, 80, 9));
+		ck_assert_uint_eq(ids[i], (uint64_t)i + 2);
+		ck_assert(tu_check(r.buf + (i + 2) * S_SLOT, 80, 9));
 	}
 	ck_assert_int_eq(ferry_destroy_qp(r2.qp), 0);
 	tu_end_close(&s2);

@@ -364,6 +364,24 @@ static bool shm_delivery_ok(const struct shm_delivery *d, const struct shm_rwqe 
 	       d->byte_len <= 0x80000000u;
 }
 
+/* Flush receives into @wc from *@got_p up to @n; rq_lock held.  How many. */
+static int shm_rq_flush(struct shm_qp *qp, struct ferry_wc *wc, int n, int *got_p)
+{
+	int start = *got_p;
+
+	while (*got_p < n && qp->rq_cons != qp->rq_prod) {
+		struct ferry_wc *w = &wc[(*got_p)++];
+
+		memset(w, 0, sizeof(*w));
+		w->wr_id = shm_rwqe_at(qp, qp->rq_cons)->wr_id;
+		w->status = FERRY_WC_WR_FLUSH_ERR;
+		w->opcode = FERRY_WC_RECV;
+		w->qp_num = qp->qp.qp_num;
+		qp->rq_cons++;
+	}
+	return *got_p - start;
+}
+
 /*
  * @n receives completed: the first in RTR is COMM_EST (as a device raises
  * it for the first packet before RTS); a QP on an SRQ accounts for them
@@ -449,25 +467,17 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 			break;
 		}
 	}
+	if (qp->srq && __atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR) {
+		/* What the peer did not take goes back to the SRQ; what is
+		 * left is delivered, and flushed unless it completed above. */
+		shm_srq_qp_error_locked(qp);
+		consumed += (uint32_t)(shm_rq_flush(qp, wc, n, &got));
+	} else if (!qp->srq && (__atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR ||
+				(conn && conn->dead))) {
+		shm_rq_flush(qp, wc, n, &got);
+	}
 	if (consumed)
 		shm_poll_recv_note(qp, consumed);
-	if (qp->srq) {
-		/* Not flushed: what the peer did not take goes back to the SRQ. */
-		if (__atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR)
-			shm_srq_qp_error_locked(qp);
-	} else if (__atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR ||
-		   (conn && conn->dead)) {
-		while (got < n && qp->rq_cons != qp->rq_prod) {
-			struct ferry_wc *w = &wc[got++];
-
-			memset(w, 0, sizeof(*w));
-			w->wr_id = shm_rwqe_at(qp, qp->rq_cons)->wr_id;
-			w->status = FERRY_WC_WR_FLUSH_ERR;
-			w->opcode = FERRY_WC_RECV;
-			w->qp_num = qp->qp.qp_num;
-			qp->rq_cons++;
-		}
-	}
 	ferry_unlock(&qp->rq_lock);
 	return got;
 }

@@ -15,7 +15,8 @@
  * (srq->posted) until its completion is polled; when the QP goes to ERR,
  * the receives its peer did not take go back to the pool, the front of
  * it, in order (a device never flushes SRQ receives with a QP), and the
- * QP's LAST_WQE_REACHED follows.  So a peer can take no more than its
+ * QP's LAST_WQE_REACHED follows; those it delivered to complete when
+ * polled (flushed, if the delivery turns out malformed).  So a peer can take no more than its
  * window beyond what it delivered, and nothing it writes is ever counted:
  * deliveries are matched against our own private window (shm_recv.c).
  *
@@ -323,7 +324,8 @@ static uint64_t shm_srq_delivered(struct shm_qp *qp)
 	struct shm_conn *conn = qp->conn;
 	uint64_t seq = qp->rq_cons;
 
-	if (!conn || conn->dead)
+	/* A dead peer's ring stays mapped: what it delivered still counts. */
+	if (!conn)
 		return 0;
 	while (seq != qp->rq_prod &&
 	       atomic_load_explicit(&(conn->peer_dq - (seq & (qp->rq_size - 1)))->seq,
@@ -381,13 +383,19 @@ void shm_srq_consumed(struct shm_qp *qp, uint32_t n)
 		ferry_async_post(srq->srq.context, FERRY_EVENT_SRQ_LIMIT_REACHED, &srq->srq);
 }
 
-/* The window's receives back to the front of the pool, in order; rq_lock held. */
-static void shm_srq_take_back(struct shm_qp *qp)
+/*
+ * The window's receives back to the front of the pool, in order: all of
+ * them, or (@keep_delivered) those the peer has not delivered to -- the
+ * others complete when polled, as a device's completions outlive the
+ * QP's error.  rq_lock held.
+ */
+static void shm_srq_take_back(struct shm_qp *qp, bool keep_delivered)
 {
 	struct shm_srq *srq = qp->srq;
+	uint64_t keep = qp->rq_cons + (keep_delivered ? shm_srq_delivered(qp) : 0);
 
 	pthread_mutex_lock(&srq->lock);
-	while (qp->rq_prod != qp->rq_cons) {
+	while (qp->rq_prod != keep) {
 		uint64_t seq = --qp->rq_prod;
 		size_t at = (size_t)(seq & (qp->rq_size - 1)) * qp->cap.max_recv_sge;
 		const struct shm_rwqe *r = shm_rwqe_at(qp, seq);
@@ -407,7 +415,7 @@ void shm_srq_qp_error_locked(struct shm_qp *qp)
 {
 	if (qp->srq_last_wqe)
 		return;
-	shm_srq_take_back(qp);
+	shm_srq_take_back(qp, true);
 	qp->srq_last_wqe = true;
 	ferry_async_post(qp->qp.context, FERRY_EVENT_QP_LAST_WQE_REACHED, &qp->qp);
 }
@@ -421,6 +429,6 @@ void shm_srq_qp_error(struct shm_qp *qp)
 
 void shm_srq_qp_reset(struct shm_qp *qp)
 {
-	shm_srq_take_back(qp);
+	shm_srq_take_back(qp, false);
 	qp->srq_last_wqe = false;
 }
