@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -30,6 +31,13 @@ enum {
 };
 
 /* --- helpers --- */
+
+/* How long a child may take to finish: much longer under valgrind, whose
+ * children check for leaks as they exit. */
+static int srq_child_ms(void)
+{
+	return tu_under_valgrind() ? 6 * TU_WAIT_MS : TU_WAIT_MS;
+}
 
 /* A QP on @srq, using @e's PD and CQs. */
 static struct ferry_qp *srq_qp_create(struct tu_end *e, struct ferry_srq *srq)
@@ -351,6 +359,71 @@ START_TEST(test_srq_async_fd_nonblocking)
 }
 END_TEST
 
+struct srq_waiter {
+	struct ferry_context *ctx;
+	struct ferry_async_event ev;
+	int ret;
+};
+
+static void *srq_wait_thread(void *arg)
+{
+	struct srq_waiter *w = arg;
+
+	w->ret = ferry_get_async_event(w->ctx, &w->ev);
+	return NULL;
+}
+
+/* On a blocking async_fd, ferry_get_async_event waits for the event. */
+START_TEST(test_srq_async_blocking)
+{
+	struct srq_waiter w = { .ctx = r.ctx, .ret = -2 };
+	pthread_t t;
+
+	ck_assert_int_eq(pthread_create(&t, NULL, srq_wait_thread, &w), 0);
+	tu_sleep_ms(20);
+	ck_assert_int_eq(__atomic_load_n(&w.ret, __ATOMIC_ACQUIRE), -2);	/* still waiting */
+	srq_post(&r, srq, 0);
+	srq_post(&r, srq, 1);
+	srq_arm(srq, 2);
+	srq_send(&s, 1, 32);
+	srq_recv(r.recv_cq, 1, r.qp->qp_num, NULL);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(w.ret, 0);
+	ck_assert_int_eq(w.ev.event_type, FERRY_EVENT_SRQ_LIMIT_REACHED);
+	ck_assert_ptr_eq(w.ev.element.srq, srq);
+	ferry_ack_async_event(&w.ev);
+	ck_assert(!srq_fd_ready(r.ctx, 0));
+}
+END_TEST
+
+/* tcp has no SRQs (an explicit EOPNOTSUPP), but an async_fd all the same. */
+START_TEST(test_srq_tcp_unsupported)
+{
+	struct ferry_context *ctx = ferry_open_transport("tcp");
+	struct ferry_srq_init_attr ia = { .attr = { 16, 1, 0 } };
+	struct ferry_async_event ev;
+	struct ferry_pd *pd;
+
+	if (!ctx) {
+		printf("SKIP test_srq_tcp_unsupported: no tcp transport: %s\n", strerror(errno));
+		return;
+	}
+	pd = ferry_alloc_pd(ctx);
+	ck_assert_ptr_nonnull(pd);
+	errno = 0;
+	ck_assert_ptr_null(ferry_create_srq(pd, &ia));
+	ck_assert_int_eq(errno, EOPNOTSUPP);
+	ck_assert_int_ge(ctx->async_fd, 0);
+	ck_assert(!srq_fd_ready(ctx, 0));
+	ck_assert_int_eq(fcntl(ctx->async_fd, F_SETFL, O_NONBLOCK), 0);
+	errno = 0;
+	ck_assert_int_eq(ferry_get_async_event(ctx, &ev), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(ferry_dealloc_pd(pd), 0);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
 /*
  * A QP moved to ERR: LAST_WQE_REACHED; what it received completes still;
  * what it held and was not delivered to stays in the SRQ (no flush): a
@@ -472,7 +545,7 @@ static int srq_sender_child(int sock, int ctl, void *arg)
 		TU_CHILD_CHECK(tu_child_poll(e.send_cq, &wc, 1, TU_WAIT_MS) == 1 &&
 			       wc.status == FERRY_WC_SUCCESS);
 	/* Stay until the parent has taken everything. */
-	TU_CHILD_CHECK(tu_recv_u32(ctl, &done, 3 * TU_WAIT_MS) == 0 && done == SRQ_CTL_DONE);
+	TU_CHILD_CHECK(tu_recv_u32(ctl, &done, 3 * srq_child_ms()) == 0 && done == SRQ_CTL_DONE);
 	tu_child_end_close(&e);
 	return 0;
 }
@@ -542,7 +615,7 @@ START_TEST(test_srq_two_peers)
 		for (int k = 0; k < S_MSGS; k++)
 			ck_assert_msg(seen[i][k], "peer %d message %d lost", i, k);
 		ck_assert_int_eq(tu_send_u32(ctl[i], SRQ_CTL_DONE), 0);
-		ck_assert_int_eq(tu_wait_child(pid[i], TU_WAIT_MS), 0);
+		ck_assert_int_eq(tu_wait_child(pid[i], srq_child_ms()), 0);
 		close(ctl[i]);
 	}
 	for (int i = 0; i < 2; i++)
@@ -593,7 +666,7 @@ static int srq_forger_child(int sock, int ctl, void *arg)
 		shm_wake(&conn->peer_kick);
 		tu_sleep_ms(1);
 	}
-	TU_CHILD_CHECK(tu_recv_u32(ctl, &done, 3 * TU_WAIT_MS) == 0 && done == SRQ_CTL_DONE);
+	TU_CHILD_CHECK(tu_recv_u32(ctl, &done, 3 * srq_child_ms()) == 0 && done == SRQ_CTL_DONE);
 	tu_child_end_close(&e);
 	return 0;
 }
@@ -658,7 +731,7 @@ START_TEST(test_srq_forged_deliveries)
 	srq_expect_event(r.ctx, FERRY_EVENT_SRQ_LIMIT_REACHED, srq);
 
 	ck_assert_int_eq(tu_send_u32(ctl, SRQ_CTL_DONE), 0);
-	ck_assert_int_eq(tu_wait_child(pid, TU_WAIT_MS), 0);
+	ck_assert_int_eq(tu_wait_child(pid, srq_child_ms()), 0);
 	close(ctl);
 	ck_assert_int_eq(ferry_destroy_qp(r2.qp), 0);
 	ck_assert_int_eq(ferry_destroy_qp(hq), 0);
@@ -675,6 +748,7 @@ Suite *srq_suite(void)
 	tcase_set_timeout(tc, TU_TCASE_TIMEOUT);
 	tcase_add_test(tc, test_srq_objects);
 	tcase_add_test(tc, test_srq_create_errors);
+	tcase_add_test(tc, test_srq_tcp_unsupported);
 	suite_add_tcase(su, tc);
 
 	tc = tcase_create("receive");
@@ -683,6 +757,7 @@ Suite *srq_suite(void)
 	tcase_add_test(tc, test_srq_receive);
 	tcase_add_test(tc, test_srq_limit_once_per_arm);
 	tcase_add_test(tc, test_srq_async_fd_nonblocking);
+	tcase_add_test(tc, test_srq_async_blocking);
 	tcase_add_test(tc, test_srq_last_wqe);
 	suite_add_tcase(su, tc);
 
