@@ -10,7 +10,9 @@
  * however the caller set O_NONBLOCK, and ferry_async_get waits on it only
  * when the caller left it blocking.  Events of an object being destroyed
  * are dropped from the queue (ferry_async_forget), as the kernel drops
- * them, so a readable fd always has an event behind it.
+ * them, so a readable fd always has an event behind it.  A program that
+ * never reads them (ferry's own stream sockets do not) keeps at most
+ * ASYNC_QUEUE_MAX: later ones are dropped, not piled up for ever.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -27,6 +29,9 @@
 
 #include "core-export.h"
 
+/* Events a queue holds at most. */
+#define ASYNC_QUEUE_MAX 1024
+
 struct async_item {
 	struct ferry_async_event ev;
 	const void *element;		/* what ev names, for ferry_async_forget */
@@ -36,6 +41,7 @@ struct async_item {
 struct ferry_async_queue {
 	pthread_mutex_t lock;		/* a leaf: taken under any provider lock */
 	struct async_item *head, *tail;
+	unsigned int count;		/* items, at most ASYNC_QUEUE_MAX */
 	int fd;				/* eventfd: 1 while head != NULL */
 };
 
@@ -85,10 +91,27 @@ static void async_fd_set(struct ferry_async_queue *q, bool ready)
 		ferry_warn("async events: eventfd %s: %m", ready ? "write" : "read");
 }
 
+/* Append @it, unless the queue is full; lock held.  false: full. */
+static bool async_push_locked(struct ferry_async_queue *q, struct async_item *it)
+{
+	if (q->count >= ASYNC_QUEUE_MAX)
+		return false;
+	if (q->tail)
+		q->tail->next = it;
+	else
+		q->head = it;
+	q->tail = it;
+	q->count++;
+	if (q->head == it)
+		async_fd_set(q, true);
+	return true;
+}
+
 int ferry_async_post(struct ferry_context *ctx, enum ferry_event_type type, void *element)
 {
 	struct ferry_async_queue *q = ctx->async;
 	struct async_item *it;
+	bool queued;
 
 	if (!q)
 		return ERR(EOPNOTSUPP);
@@ -106,14 +129,14 @@ int ferry_async_post(struct ferry_context *ctx, enum ferry_event_type type, void
 	else
 		it->ev.element.qp = element;
 	pthread_mutex_lock(&q->lock);
-	if (q->tail)
-		q->tail->next = it;
-	else
-		q->head = it;
-	q->tail = it;
-	if (q->head == it)
-		async_fd_set(q, true);
+	queued = async_push_locked(q, it);
 	pthread_mutex_unlock(&q->lock);
+	if (!queued) {
+		ferry_debug("async event %s dropped: %u wait unread",
+			    ferry_event_type_str(type), ASYNC_QUEUE_MAX);
+		free(it);
+		return ERR(ENOBUFS);
+	}
 	return 0;
 }
 
@@ -125,6 +148,7 @@ static struct async_item *async_pop_locked(struct ferry_async_queue *q)
 	if (!it)
 		return NULL;
 	q->head = it->next;
+	q->count--;
 	if (!q->head) {
 		q->tail = NULL;
 		async_fd_set(q, false);
@@ -146,6 +170,7 @@ void ferry_async_forget(struct ferry_context *ctx, const void *element)
 	for (pp = &q->head; (it = *pp);) {
 		if (it->element == element) {
 			*pp = it->next;
+			q->count--;
 			free(it);
 		} else {
 			q->tail = it;

@@ -21,6 +21,7 @@
 
 #include "check_suites.h"
 #include "testutil.h"
+#include "core-export.h"
 #include "shm-internal.h"
 
 enum {
@@ -396,6 +397,50 @@ START_TEST(test_srq_async_blocking)
 }
 END_TEST
 
+/*
+ * The queue (core/async.c) as a provider fills it: the events of an
+ * object destroyed go with it, the fd turns unreadable with the last one,
+ * and events nobody reads stop piling up at 1,024.
+ */
+START_TEST(test_srq_async_queue)
+{
+	struct ferry_context *ctx = ferry_open_transport("shm");
+	struct ferry_async_event ev;
+	int a, b, n;
+
+	ck_assert_ptr_nonnull(ctx);
+	ck_assert_int_eq(fcntl(ctx->async_fd, F_SETFL, O_NONBLOCK), 0);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(ferry_async_post(ctx, FERRY_EVENT_QP_FATAL, &a), 0);
+		ck_assert_int_eq(ferry_async_post(ctx, FERRY_EVENT_SRQ_LIMIT_REACHED, &b), 0);
+	}
+	ck_assert(srq_fd_ready(ctx, 0));
+	ferry_async_forget(ctx, &a);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(ferry_get_async_event(ctx, &ev), 0);
+		ck_assert_int_eq(ev.event_type, FERRY_EVENT_SRQ_LIMIT_REACHED);
+		ck_assert_ptr_eq(ev.element.srq, (void *)&b);
+	}
+	ck_assert(!srq_fd_ready(ctx, 0));
+	ck_assert_int_eq(ferry_async_post(ctx, FERRY_EVENT_QP_FATAL, &a), 0);
+	ferry_async_forget(ctx, &a);
+	ck_assert(!srq_fd_ready(ctx, 0));
+	errno = 0;
+	ck_assert_int_eq(ferry_get_async_event(ctx, &ev), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+
+	for (n = 0; ferry_async_post(ctx, FERRY_EVENT_QP_FATAL, &a) == 0; n++)
+		ck_assert_int_lt(n, 100000);
+	ck_assert_int_eq(errno, ENOBUFS);
+	ck_assert_int_eq(n, 1024);
+	for (n = 0; ferry_get_async_event(ctx, &ev) == 0; n++)
+		;
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(n, 1024);
+	ck_assert_int_eq(ferry_close_device(ctx), 0);
+}
+END_TEST
+
 /* tcp has no SRQs (an explicit EOPNOTSUPP), but an async_fd all the same. */
 START_TEST(test_srq_tcp_unsupported)
 {
@@ -749,6 +794,7 @@ Suite *srq_suite(void)
 	tcase_add_test(tc, test_srq_objects);
 	tcase_add_test(tc, test_srq_create_errors);
 	tcase_add_test(tc, test_srq_tcp_unsupported);
+	tcase_add_test(tc, test_srq_async_queue);
 	suite_add_tcase(su, tc);
 
 	tc = tcase_create("receive");

@@ -336,7 +336,8 @@ int ferry_srq_unsupported_post(struct ferry_srq *srq, struct ferry_recv_wr *wr,
  * readable then and only then, whatever mode the caller set on it.
  * ferry_async_post - queue event @type about @element (a QP, SRQ or CQ of
  * @ctx), any thread, any lock held (the queue's lock is a leaf); 0, or -1
- * + ENOMEM (the event is lost and logged).  ferry_async_forget - drop the
+ * + ENOMEM (the event is lost and logged) or ENOBUFS (1,024 wait unread:
+ * dropped).  ferry_async_forget - drop the
  * queued events about @element, which is being destroyed.
  */
 int ferry_async_open(struct ferry_context *ctx);
