@@ -491,7 +491,8 @@ struct shm_cq {
  * posted counts the WRs posted and not yet completed, in the pool or in
  * a window: the limit is checked against it when completions are taken.
  */
-#define SHM_SRQ_WINDOW		8u	/* receives a peer may take, not delivered */
+#define SHM_SRQ_WINDOW		8u	/* receives a peer may take, not delivered,
+					 * at most (and no more than posted / QPs) */
 #define SHM_SRQ_RING		256u	/* ... in a QP's RQ of up to this many */
 struct shm_srq {
 	struct ferry_srq srq;

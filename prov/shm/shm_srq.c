@@ -11,6 +11,7 @@
  *   - when a peer finds its window empty: it raises rnr_wait as for any
  *     RNR wait and, since our region says srq_kick, kicks our monitor,
  *     which tops up the QPs whose peers wait (shm_srq_monitor_pass).
+ * A window holds at most its share of what is posted (shm_srq_window).
  * A receive handed to a window leaves the pool but still counts as posted
  * (srq->posted) until its completion is polled; when the QP goes to ERR,
  * the receives its peer did not take go back to the pool, the front of
@@ -290,7 +291,9 @@ int shm_srq_attach(struct shm_srq *srq, struct shm_qp *qp)
 		}
 	}
 	if (!err) {
-		srq->qps[srq->nqps++] = qp;
+		srq->qps[srq->nqps] = qp;
+		/* Read under srq->lock alone (shm_srq_window). */
+		__atomic_store_n(&srq->nqps, srq->nqps + 1, __ATOMIC_RELAXED);
 		qp->srq = srq;
 	}
 	pthread_mutex_unlock(&srq->qps_lock);
@@ -305,7 +308,8 @@ void shm_srq_detach(struct shm_qp *qp)
 	pthread_mutex_lock(&srq->qps_lock);
 	for (i = 0; i < srq->nqps; i++) {
 		if (srq->qps[i] == qp) {
-			srq->qps[i] = srq->qps[--srq->nqps];
+			srq->qps[i] = srq->qps[srq->nqps - 1];
+			__atomic_store_n(&srq->nqps, srq->nqps - 1, __ATOMIC_RELAXED);
 			break;
 		}
 	}
@@ -334,6 +338,25 @@ static uint64_t shm_srq_delivered(struct shm_qp *qp)
 	return seq - qp->rq_cons;
 }
 
+/*
+ * How many receives a QP's peer may hold undelivered: SHM_SRQ_WINDOW, but
+ * never more than its share of what is posted.  A window is never taken
+ * back (its peer may be writing into it), so were the windows of QPs
+ * whose peers have nothing to send to hold every receive, the others
+ * would wait for ever; with shares, a QP whose window is empty finds
+ * receives in the pool, or completions to be polled, as long as at least
+ * as many receives are posted as there are QPs.  srq->lock held.
+ */
+static uint32_t shm_srq_window(struct shm_srq *srq)
+{
+	uint32_t nqps = __atomic_load_n(&srq->nqps, __ATOMIC_RELAXED);
+	uint32_t share = nqps ? srq->posted / nqps : srq->posted;
+
+	if (share < 1)
+		return 1;
+	return share < SHM_SRQ_WINDOW ? share : SHM_SRQ_WINDOW;
+}
+
 void shm_srq_fill_locked(struct shm_qp *qp)
 {
 	struct shm_srq *srq = qp->srq;
@@ -346,7 +369,7 @@ void shm_srq_fill_locked(struct shm_qp *qp)
 	/* The receives the peer may still take: at most a window of them. */
 	open = qp->rq_prod - qp->rq_cons - shm_srq_delivered(qp);
 	pthread_mutex_lock(&srq->lock);
-	while (srq->head != srq->tail && open + moved < SHM_SRQ_WINDOW) {
+	while (srq->head != srq->tail && open + moved < shm_srq_window(srq)) {
 		struct shm_srq_wqe *w = shm_srq_at(srq, srq->pool, srq->cap, srq->head);
 
 		if (shm_rq_place(qp, w->wr_id, w->total_len, w->num_sge, shm_srq_rsge(w),
