@@ -3,9 +3,9 @@
  *
  * A peer reads the receives it may consume from the RQ ring of its QP's
  * region, which only we write (docs/wire.md); an SRQ keeps that.  The SRQ
- * itself is a pool in private memory, and every QP on it has a small RQ of
- * its own, its window (SHM_SRQ_WINDOW receives at most), which we top up
- * from the pool:
+ * itself is a pool in private memory, and every QP on it has an RQ of its
+ * own holding its window (SHM_SRQ_WINDOW receives at most that its peer
+ * has not delivered to), which we top up from the pool:
  *   - at ferry_post_srq_recv (QPs whose peers wait for a receive first),
  *   - when the QP's completions are polled (what was taken is replaced),
  *   - when a peer finds its window empty: it raises rnr_wait as for any
@@ -17,9 +17,10 @@
  * the receives its peer did not take go back to the pool, the front of
  * it, in order (a device never flushes SRQ receives with a QP), and the
  * QP's LAST_WQE_REACHED follows; those it delivered to complete when
- * polled (flushed, if the delivery turns out malformed).  So a peer can take no more than its
- * window beyond what it delivered, and nothing it writes is ever counted:
- * deliveries are matched against our own private window (shm_recv.c).
+ * polled (flushed, if the delivery turns out malformed).  So a peer can
+ * take no more than its window beyond what it delivered, and nothing it
+ * writes is ever counted: deliveries are matched against our own private
+ * window (shm_recv.c).
  *
  * The limit: armed by ferry_modify_srq(FERRY_SRQ_LIMIT), it fires once,
  * when posted drops below it as completions are polled, and disarms.
