@@ -59,7 +59,12 @@ pair() {
 	timeout 180 $srv_cmd -p "$port" -g "$gidx" -n "$iters" >"$tmp/$name.srv" 2>&1 &
 	srv=$!
 	pids+=("$srv")
-	sleep 0.5
+	# rdma-core's client gives up on a refused connection: wait until the
+	# server listens (making 16 QPs takes a while under emulation).
+	for _ in $(seq 100); do
+		ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+		sleep 0.2
+	done
 	# shellcheck disable=SC2086
 	timeout 180 $cli_cmd -p "$port" -g "$gidx" -n "$iters" 127.0.0.1 >"$tmp/$name.cli" 2>&1
 	cli=$?
@@ -69,8 +74,8 @@ pair() {
 	   ! grep -q "^$iters iters in" "$tmp/$name.cli" ||
 	   ! grep -q "^$iters iters in" "$tmp/$name.srv"; then
 		echo "$prog: FAIL: $name (client $cli, server $srv)"
-		tail -n 5 "$tmp/$name.cli" | sed "s/^/  client: /"
-		tail -n 5 "$tmp/$name.srv" | sed "s/^/  server: /"
+		grep -v "address:" "$tmp/$name.cli" | tail -n 5 | sed "s/^/  client: /"
+		grep -v "address:" "$tmp/$name.srv" | tail -n 5 | sed "s/^/  server: /"
 		failed=1
 		return
 	fi
