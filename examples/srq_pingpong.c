@@ -9,7 +9,8 @@
  * Each side opens a device (the first of ferry_get_device_list, or -d;
  * FERRY_TRANSPORT picks the transport), makes an SRQ of -r receives and -q
  * QPs on it, posts the receives, and trades one (LID, QPN, PSN, GID) per
- * QP with the other over TCP (pingpong.h); the server joins its QPs before
+ * QP with the other over TCP (pingpong.h: 256 of them, as rdma-core's
+ * does, those past -q zero); the server joins its QPs before
  * it answers, the client after.  Then the client sends once on every QP,
  * and each side answers on the QP a message came on (the completion's
  * qp_num says which), until both have sent and received -n messages of -s
@@ -522,7 +523,11 @@ static int pp_my_dests(struct pp_ctx *ctx, const struct pp_opts *o, struct pp_de
 	return 0;
 }
 
-/* Trade addresses; the server joins its QPs before it answers. */
+/*
+ * Trade addresses; the server joins its QPs before it answers.  Both send
+ * PP_MAX_QP of them, as rdma-core's does whatever -q says (the ones past
+ * our QPs all zero): that is its conversation.
+ */
 static int pp_trade(struct pp_ctx *ctx, const struct pp_opts *o, const struct pp_dest *mine,
 		    struct pp_dest *peer)
 {
@@ -530,17 +535,17 @@ static int pp_trade(struct pp_ctx *ctx, const struct pp_opts *o, const struct pp
 	int fd, i;
 
 	if (o->server) {
-		if (pp_exchange_client_n(o->server, o->port, mine, peer, ctx->num_qp) < 0)
+		if (pp_exchange_client_n(o->server, o->port, mine, peer, PP_MAX_QP) < 0)
 			return -1;
 	} else {
-		fd = pp_server_accept_n(o->port, peer, ctx->num_qp);
+		fd = pp_server_accept_n(o->port, peer, PP_MAX_QP);
 		if (fd < 0)
 			return -1;
 		if (pp_connect(ctx, o, mine, peer) < 0) {
 			close(fd);
 			return -1;
 		}
-		if (pp_server_reply_n(fd, mine, ctx->num_qp) < 0)
+		if (pp_server_reply_n(fd, mine, PP_MAX_QP) < 0)
 			return -1;
 	}
 	for (i = 0; i < ctx->num_qp; i++) {
