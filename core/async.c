@@ -38,8 +38,16 @@ struct async_item {
 	struct async_item *next;
 };
 
+/*
+ * One lock for every context's queue: events are rare, and a static lock
+ * can be held across fork() (FERRY_FORK_SAFE) -- a child forked while
+ * another thread posted would otherwise inherit it held, and hang at its
+ * first event.  A leaf: taken under any provider lock.
+ */
+static pthread_mutex_t async_lock = PTHREAD_MUTEX_INITIALIZER;
+FERRY_FORK_SAFE(async, async_lock)
+
 struct ferry_async_queue {
-	pthread_mutex_t lock;		/* a leaf: taken under any provider lock */
 	struct async_item *head, *tail;
 	unsigned int count;		/* items, at most ASYNC_QUEUE_MAX */
 	int fd;				/* eventfd: 1 while head != NULL */
@@ -58,7 +66,6 @@ int ferry_async_open(struct ferry_context *ctx)
 		free(q);
 		return -1;
 	}
-	pthread_mutex_init(&q->lock, NULL);
 	ctx->async = q;
 	ctx->async_fd = q->fd;
 	return 0;
@@ -75,7 +82,6 @@ void ferry_async_close(struct ferry_async_queue *q)
 		free(it);
 	}
 	close(q->fd);
-	pthread_mutex_destroy(&q->lock);
 	free(q);
 }
 
@@ -128,9 +134,9 @@ int ferry_async_post(struct ferry_context *ctx, enum ferry_event_type type, void
 		it->ev.element.cq = element;
 	else
 		it->ev.element.qp = element;
-	pthread_mutex_lock(&q->lock);
+	pthread_mutex_lock(&async_lock);
 	queued = async_push_locked(q, it);
-	pthread_mutex_unlock(&q->lock);
+	pthread_mutex_unlock(&async_lock);
 	if (!queued) {
 		ferry_debug("async event %s dropped: %u wait unread",
 			    ferry_event_type_str(type), ASYNC_QUEUE_MAX);
@@ -164,7 +170,7 @@ void ferry_async_forget(struct ferry_context *ctx, const void *element)
 
 	if (!q)
 		return;
-	pthread_mutex_lock(&q->lock);
+	pthread_mutex_lock(&async_lock);
 	had = q->head != NULL;
 	q->tail = NULL;
 	for (pp = &q->head; (it = *pp);) {
@@ -179,7 +185,7 @@ void ferry_async_forget(struct ferry_context *ctx, const void *element)
 	}
 	if (had && !q->head)
 		async_fd_set(q, false);
-	pthread_mutex_unlock(&q->lock);
+	pthread_mutex_unlock(&async_lock);
 }
 
 int ferry_async_get(struct ferry_context *ctx, struct ferry_async_event *ev)
@@ -189,9 +195,9 @@ int ferry_async_get(struct ferry_context *ctx, struct ferry_async_event *ev)
 	struct async_item *it;
 
 	for (;;) {
-		pthread_mutex_lock(&q->lock);
+		pthread_mutex_lock(&async_lock);
 		it = async_pop_locked(q);
-		pthread_mutex_unlock(&q->lock);
+		pthread_mutex_unlock(&async_lock);
 		if (it)
 			break;
 		if (fcntl(q->fd, F_GETFL) & O_NONBLOCK)

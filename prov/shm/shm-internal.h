@@ -669,10 +669,9 @@ struct shm_qp {
 
 	/* Shared receive queue (shm_srq.c): the RQ above is the QP's window
 	 * on it, topped up from it; srq_last_wqe: LAST_WQE_REACHED raised
-	 * (rq_lock); comm_est: COMM_EST raised (rq_lock). */
+	 * (rq_lock). */
 	struct shm_srq *srq;
 	bool srq_last_wqe;
-	bool comm_est;
 
 	struct shm_qp *pd_next;		/* in shm_pd.qps */
 	struct shm_qp *rnr_next;	/* in the monitor's RNR list */

@@ -265,7 +265,6 @@ static void shm_qp_reset(struct shm_qp *qp)
 	if (qp->srq)
 		shm_srq_qp_reset(qp);	/* its window back to the SRQ */
 	qp->rq_prod = qp->rq_cons = 0;
-	qp->comm_est = false;
 	ferry_unlock(&qp->rq_lock);
 	qp->sq_head = qp->sq_exec = 0;
 	qp->dq_seq = qp->peer_rq_known = 0;

@@ -383,17 +383,12 @@ static int shm_rq_flush(struct shm_qp *qp, struct ferry_wc *wc, int n, int *got_
 }
 
 /*
- * @n receives completed: the first in RTR is COMM_EST (as a device raises
- * it for the first packet before RTS); a QP on an SRQ accounts for them
- * and takes more.  rq_lock held.
+ * @n receives completed: a QP on an SRQ accounts for them and takes more.
+ * (No COMM_EST: a connection's every QP would raise one, into a queue the
+ * stream sockets never read.)  rq_lock held.
  */
 static void shm_poll_recv_note(struct shm_qp *qp, uint32_t n)
 {
-	if (unlikely(!qp->comm_est)) {
-		qp->comm_est = true;
-		if (__atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_RTR)
-			ferry_async_post(qp->qp.context, FERRY_EVENT_COMM_EST, &qp->qp);
-	}
 	if (qp->srq) {
 		shm_srq_consumed(qp, n);
 		shm_srq_fill_locked(qp);
