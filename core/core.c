@@ -153,10 +153,18 @@ struct ferry_context *ferry_open_device(struct ferry_device *device)
 		return NULL;
 	}
 	context = device->provider->open_device(device);
-	if (context) {
-		/* Everything below dispatches through these two. */
-		context->device = device;
-		context->provider = device->provider;
+	if (!context)
+		return NULL;
+	/* Everything below dispatches through these two. */
+	context->device = device;
+	context->provider = device->provider;
+	context->async = NULL;
+	if (!device->provider->get_async_event && ferry_async_open(context) < 0) {
+		int err = errno;
+
+		device->provider->close_device(context);
+		errno = err;
+		return NULL;
 	}
 	return context;
 }
@@ -194,9 +202,15 @@ err_no_device:
 
 int ferry_close_device(struct ferry_context *context)
 {
+	struct ferry_async_queue *q;
+
 	if (!context)
 		return ERR(EINVAL);
-	return context->provider->close_device(context);
+	q = context->async;
+	if (context->provider->close_device(context))
+		return -1;
+	ferry_async_close(q);
+	return 0;
 }
 
 int ferry_query_device(struct ferry_context *context,
@@ -553,25 +567,27 @@ static bool core_qp_type_ok(const struct ferry_provider *provider, enum ferry_qp
 /**
  * ferry_create_qp - create an RC, UC or UD QP on @pd.
  *
- * EINVAL for a missing @pd, @init_attr or CQ, a CQ of another context, or a
- * QP type ferry does not know.  EOPNOTSUPP when @init_attr->srq is set
- * (ferry has no shared receive queues yet), or for a UC or UD QP on a
- * transport without them (tcp: iWARP has RC only): the request is
- * well-formed.
+ * EINVAL for a missing @pd, @init_attr or CQ, a CQ or SRQ of another
+ * context, or a QP type ferry does not know.  EOPNOTSUPP for a UC or UD QP
+ * on a transport without them (tcp: iWARP has RC only): the request is
+ * well-formed.  A QP on an SRQ counts in its qp_refs until destroyed.
  */
 struct ferry_qp *ferry_create_qp(struct ferry_pd *pd,
 				 struct ferry_qp_init_attr *init_attr)
 {
+	struct ferry_qp *qp;
+
 	if (!pd || !init_attr ||
 	    (init_attr->qp_type != FERRY_QPT_RC && init_attr->qp_type != FERRY_QPT_UC &&
 	     init_attr->qp_type != FERRY_QPT_UD) ||
 	    !init_attr->send_cq || !init_attr->recv_cq ||
 	    init_attr->send_cq->context != pd->context ||
-	    init_attr->recv_cq->context != pd->context) {
+	    init_attr->recv_cq->context != pd->context ||
+	    (init_attr->srq && init_attr->srq->context != pd->context)) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (init_attr->srq || !core_qp_type_ok(pd->context->provider, init_attr->qp_type)) {
+	if (!core_qp_type_ok(pd->context->provider, init_attr->qp_type)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -580,7 +596,13 @@ struct ferry_qp *ferry_create_qp(struct ferry_pd *pd,
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	return pd->context->provider->create_qp(pd, init_attr);
+	qp = pd->context->provider->create_qp(pd, init_attr);
+	if (!qp)
+		return NULL;
+	qp->srq = init_attr->srq;
+	if (qp->srq)
+		__atomic_add_fetch(&qp->srq->qp_refs, 1, __ATOMIC_ACQ_REL);
+	return qp;
 }
 
 /*
@@ -633,14 +655,27 @@ int ferry_query_qp(struct ferry_qp *qp, struct ferry_qp_attr *attr,
 {
 	if (!qp || !attr || !init_attr)
 		return ERR(EINVAL);
-	return qp->context->provider->query_qp(qp, attr, init_attr);
+	if (qp->context->provider->query_qp(qp, attr, init_attr))
+		return -1;
+	init_attr->srq = qp->srq;	/* the core's to keep, as in ibverbs */
+	return 0;
 }
 
 int ferry_destroy_qp(struct ferry_qp *qp)
 {
+	struct ferry_context *ctx;
+	struct ferry_srq *srq;
+
 	if (!qp)
 		return ERR(EINVAL);
-	return qp->context->provider->destroy_qp(qp);
+	ctx = qp->context;
+	srq = qp->srq;	/* qp is gone after a successful destroy */
+	if (ctx->provider->destroy_qp(qp))
+		return -1;
+	ferry_async_forget(ctx, qp);
+	if (srq)
+		__atomic_sub_fetch(&srq->qp_refs, 1, __ATOMIC_ACQ_REL);
+	return 0;
 }
 
 /* A scatter/gather list the provider may walk: counted and present. */
@@ -734,7 +769,7 @@ int ferry_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr,
 
 	if (!bad_wr_p)
 		bad_wr_p = &ignored;
-	if (!qp) {
+	if (!qp || qp->srq) {	/* a QP on an SRQ has no receive queue of its own */
 		*bad_wr_p = wr;
 		return ERR(EINVAL);
 	}

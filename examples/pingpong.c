@@ -333,3 +333,69 @@ int pp_exchange_server(int port, const struct pp_dest *mine,
 		return -1;
 	return pp_server_reply(fd, mine);
 }
+
+/* --- @n addresses each way, for ping-pongs over several QPs --- */
+
+static int pp_dests_send(int fd, const struct pp_dest *mine, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (pp_dest_send(fd, &mine[i]) < 0)
+			return -1;
+	return 0;
+}
+
+static int pp_dests_recv(int fd, struct pp_dest *peer, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (pp_dest_recv(fd, &peer[i]) < 0)
+			return -1;
+	return 0;
+}
+
+int pp_exchange_client_n(const char *host, int port, const struct pp_dest *mine,
+			 struct pp_dest *peer, int n)
+{
+	int fd = pp_dial(host, port);
+
+	if (fd < 0)
+		return -1;
+	pp_sock_timeouts(fd);
+	if (pp_dests_send(fd, mine, n) < 0 || pp_dests_recv(fd, peer, n) < 0)
+		goto err_close_fd;
+	if (pp_write_full(fd, pp_done, sizeof(pp_done)) < 0) {
+		fprintf(stderr, "Couldn't send \"done\": %m\n");
+		goto err_close_fd;
+	}
+	close(fd);
+	return 0;
+
+err_close_fd:
+	close(fd);
+	return -1;
+}
+
+int pp_server_accept_n(int port, struct pp_dest *peer, int n)
+{
+	int fd = pp_server_accept(port, &peer[0]);
+
+	if (fd < 0)
+		return -1;
+	if (n > 1 && pp_dests_recv(fd, peer + 1, n - 1) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int pp_server_reply_n(int fd, const struct pp_dest *mine, int n)
+{
+	if (n > 1 && pp_dests_send(fd, mine, n - 1) < 0) {
+		close(fd);
+		return -1;
+	}
+	return pp_server_reply(fd, &mine[n - 1]);
+}

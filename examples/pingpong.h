@@ -53,6 +53,16 @@ int pp_exchange_server(int port, const struct pp_dest *mine,
 		       struct pp_dest *peer_p);
 
 /*
+ * The same for @n QPs at once (ibv_srq_pingpong's conversation): the
+ * client sends its @n messages, reads the server's @n, then says "done";
+ * the server reads @n, joins its QPs, then answers with its @n.
+ */
+int pp_exchange_client_n(const char *host, int port, const struct pp_dest *mine,
+			 struct pp_dest *peer, int n);
+int pp_server_accept_n(int port, struct pp_dest *peer, int n);
+int pp_server_reply_n(int fd, const struct pp_dest *mine, int n);
+
+/*
  * The message itself, for tests: pp_dest_format writes PP_MSG_SIZE bytes;
  * pp_dest_parse accepts exactly that format (fields in range, terminated)
  * and returns -1 for anything else, as a message from the network may be.

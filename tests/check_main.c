@@ -28,6 +28,8 @@ int main(void)
 	srunner_add_suite(runner, errors_suite());
 	srunner_add_suite(runner, rnr_suite());
 	srunner_add_suite(runner, flush_suite());
+	srunner_add_suite(runner, srq_suite());
+	srunner_add_suite(runner, srq_peers_suite());
 	srunner_add_suite(runner, channel_suite());
 	srunner_add_suite(runner, peer_suite());
 	srunner_add_suite(runner, hostile_suite());

@@ -71,9 +71,11 @@ START_TEST(test_query_device)
 	ck_assert_int_gt(attr.max_sge_rd, 0);
 	ck_assert_int_ge(attr.max_qp_init_rd_atom, 1);
 	if (tu_on_shm()) {
-		/* No SRQ yet: saying 0 is the truth. */
-		ck_assert_int_eq(attr.max_srq, 0);
-		ck_assert_int_eq(attr.max_srq_wr, 0);
+		/* SRQs (shm_srq.c): as deep as a QP's queue, and resizable. */
+		ck_assert_int_gt(attr.max_srq, 0);
+		ck_assert_int_eq(attr.max_srq_wr, attr.max_qp_wr);
+		ck_assert_int_eq(attr.max_srq_sge, attr.max_sge);
+		ck_assert_uint_ne(attr.device_cap_flags & FERRY_DEVICE_SRQ_RESIZE, 0);
 		ck_assert_int_eq(attr.atomic_cap, FERRY_ATOMIC_GLOB);
 		ck_assert_uint_ne(attr.device_cap_flags & FERRY_DEVICE_RC_RNR_NAK_GEN, 0);
 		ck_assert_uint_eq(attr.page_size_cap & (uint64_t)sysconf(_SC_PAGESIZE),

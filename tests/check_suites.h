@@ -15,6 +15,9 @@ Suite *ops_fork_suite(void);	/* suite "ops" too */
 Suite *errors_suite(void);
 Suite *rnr_suite(void);
 Suite *flush_suite(void);
+/* Both suite "srq". */
+Suite *srq_suite(void);
+Suite *srq_peers_suite(void);
 Suite *channel_suite(void);
 Suite *peer_suite(void);
 Suite *hostile_suite(void);

@@ -94,10 +94,7 @@ struct ferry_device {
 	void *provider_data;	/* e.g. the struct ibv_device * of prov/verbs */
 };
 
-struct ferry_context {
-	struct ferry_device *device;
-	const struct ferry_provider *provider;
-};
+/* struct ferry_context is public (verbs.h): it carries async_fd. */
 
 /*
  * The provider table.  Every entry is mandatory; an operation a provider
@@ -190,6 +187,25 @@ struct ferry_provider {
 	int (*post_send_direct)(struct ferry_qp *qp, struct ferry_send_wr *wr, unsigned int how);
 	/* Optional: ferry_qp_write_imm_ok (absent: every connection does). */
 	bool (*qp_write_imm_ok)(struct ferry_qp *qp);
+	/*
+	 * Shared receive queues (core.c checks the arguments, keeps
+	 * srq_context and the count of QPs on it).  create_qp gets an SRQ of
+	 * the same context in attr->srq.  A provider without them points
+	 * these at the ferry_srq_unsupported_* stubs (EOPNOTSUPP).
+	 */
+	struct ferry_srq *(*create_srq)(struct ferry_pd *pd, struct ferry_srq_init_attr *attr);
+	int (*modify_srq)(struct ferry_srq *srq, struct ferry_srq_attr *attr, int mask);
+	int (*query_srq)(struct ferry_srq *srq, struct ferry_srq_attr *attr);
+	int (*destroy_srq)(struct ferry_srq *srq);
+	int (*post_srq_recv)(struct ferry_srq *srq, struct ferry_recv_wr *wr,
+			     struct ferry_recv_wr **bad);
+	/*
+	 * Optional: asynchronous events of the provider's own (verbs: the
+	 * device's); open_device then sets ctx->async_fd.  Without it the core
+	 * keeps a queue per context (core/async.c) that the provider fills
+	 * with ferry_async_post.
+	 */
+	int (*get_async_event)(struct ferry_context *ctx, struct ferry_async_event *ev);
 	int (*qp_exchange)(struct ferry_qp *qp, int sock, uint32_t *peer_qpn);
 	/*
 	 * qp_exchange in steps, for a caller that sends our first word early
@@ -339,6 +355,34 @@ bool ferry_block_is_own_inode(unsigned long ino);
 /* Create a sealed memfd of @size bytes (rounded up to pages). -1 + errno. */
 int ferry_memfd_create(const char *name, size_t size);
 unsigned long ferry_fd_inode(int fd);
+
+/* --- srq.c: the stubs of a provider without SRQs (EOPNOTSUPP) --- */
+
+struct ferry_srq *ferry_srq_unsupported_create(struct ferry_pd *pd,
+					       struct ferry_srq_init_attr *attr);
+int ferry_srq_unsupported_modify(struct ferry_srq *srq, struct ferry_srq_attr *attr, int mask);
+int ferry_srq_unsupported_query(struct ferry_srq *srq, struct ferry_srq_attr *attr);
+int ferry_srq_unsupported_destroy(struct ferry_srq *srq);
+int ferry_srq_unsupported_post(struct ferry_srq *srq, struct ferry_recv_wr *wr,
+			       struct ferry_recv_wr **bad);
+
+/*
+ * --- async.c: the per-context queue of asynchronous events ---
+ * For providers that raise events themselves (shm).  ctx->async_fd is an
+ * eventfd that reads 1 exactly while the queue holds an event, so it polls
+ * readable then and only then, whatever mode the caller set on it.
+ * ferry_async_post - queue event @type about @element (a QP, SRQ or CQ of
+ * @ctx), any thread, any lock held (the queue's lock is a leaf); 0, or -1
+ * + ENOMEM (the event is lost and logged) or ENOBUFS (1,024 wait unread:
+ * dropped).  ferry_async_forget - drop the
+ * queued events about @element, which is being destroyed.
+ */
+int ferry_async_open(struct ferry_context *ctx);
+/* The queue of a context closed (it is gone: only its queue is left). */
+void ferry_async_close(struct ferry_async_queue *q);
+int ferry_async_post(struct ferry_context *ctx, enum ferry_event_type type, void *element);
+void ferry_async_forget(struct ferry_context *ctx, const void *element);
+int ferry_async_get(struct ferry_context *ctx, struct ferry_async_event *ev);
 
 /* --- core.c: ferry_qp_exchange in steps (see qp_exchange_begin) --- */
 

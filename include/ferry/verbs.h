@@ -27,7 +27,22 @@ extern "C" {
 #endif
 
 struct ferry_device;
-struct ferry_context;
+struct ferry_provider;
+struct ferry_async_queue;
+
+/*
+ * An open device (struct ibv_context's public part): async_fd polls
+ * readable while an asynchronous event waits for ferry_get_async_event.
+ * It is blocking, as ibverbs' is: make it non-blocking with fcntl(2)
+ * (O_NONBLOCK), and ferry_get_async_event fails with EAGAIN instead of
+ * waiting.  The other members are ferry's own.
+ */
+struct ferry_context {
+	struct ferry_device *device;
+	const struct ferry_provider *provider;
+	int async_fd;
+	struct ferry_async_queue *async;	/* ferry's own queue, or NULL */
+};
 
 /* Memory access rights of a memory region (ibv_access_flags). */
 enum ferry_access_flags {
@@ -188,11 +203,38 @@ struct ferry_qp_cap {
 	uint32_t max_inline_data;
 };
 
+/* --- shared receive queues (struct ibv_srq and its attributes) --- */
+
+struct ferry_srq {
+	struct ferry_context *context;
+	void *srq_context;
+	struct ferry_pd *pd;
+	uint32_t handle;
+	int qp_refs;		/* ferry's own: QPs created on it */
+};
+
+/* Bits of the attr_mask argument of ferry_modify_srq (ibv_srq_attr_mask). */
+enum ferry_srq_attr_mask {
+	FERRY_SRQ_MAX_WR = 1 << 0,	/* resize to max_wr */
+	FERRY_SRQ_LIMIT  = 1 << 1,	/* arm the limit event at srq_limit */
+};
+
+struct ferry_srq_attr {
+	uint32_t max_wr;	/* WRs it holds at most */
+	uint32_t max_sge;	/* SGEs per WR */
+	uint32_t srq_limit;	/* armed limit; 0: not armed */
+};
+
+struct ferry_srq_init_attr {
+	void *srq_context;
+	struct ferry_srq_attr attr;	/* srq_limit is ignored, as in ibverbs */
+};
+
 struct ferry_qp_init_attr {
 	void *qp_context;
 	struct ferry_cq *send_cq;
 	struct ferry_cq *recv_cq;
-	void *srq;		/* must be NULL: no SRQ yet */
+	struct ferry_srq *srq;	/* receives come from it (NULL: the QP's own) */
 	struct ferry_qp_cap cap;
 	enum ferry_qp_type qp_type;
 	int sq_sig_all;		/* every send WR generates a completion */
@@ -286,6 +328,7 @@ struct ferry_qp {
 	uint32_t qp_num;
 	enum ferry_qp_state state;
 	enum ferry_qp_type qp_type;
+	struct ferry_srq *srq;	/* the SRQ it was created on, or NULL */
 };
 
 enum ferry_wr_opcode {
@@ -380,7 +423,7 @@ enum ferry_device_cap_flags {
 /*
  * What a device reports (struct ibv_device_attr, same members in the same
  * order, then ferry's own).  Members about objects ferry does not have yet
- * (SRQ, memory windows, multicast, EE contexts) are 0.
+ * (memory windows, multicast, EE contexts) are 0.
  */
 struct ferry_device_attr {
 	char fw_ver[64];
@@ -602,6 +645,78 @@ int ferry_poll_cq(struct ferry_cq *cq, int num_entries, struct ferry_wc *wc);
  */
 struct ferry_ah *ferry_create_ah(struct ferry_pd *pd, struct ferry_ah_attr *attr);
 int ferry_destroy_ah(struct ferry_ah *ah);
+
+/* --- shared receive queues --- */
+
+/**
+ * ferry_create_srq - a shared receive queue on @pd holding up to
+ * attr.max_wr receives of attr.max_sge SGEs each (attr is updated with
+ * what was granted).  QPs created with init_attr.srq set take their
+ * receives from it; ferry_post_recv on them fails with EINVAL.
+ */
+struct ferry_srq *ferry_create_srq(struct ferry_pd *pd,
+				   struct ferry_srq_init_attr *init_attr);
+/**
+ * ferry_modify_srq - FERRY_SRQ_LIMIT arms the limit event: once the number
+ * of WRs posted to @srq drops below attr->srq_limit, one
+ * FERRY_EVENT_SRQ_LIMIT_REACHED is raised and the limit goes back to 0
+ * until armed again.  EINVAL when srq_limit > max_wr.  FERRY_SRQ_MAX_WR
+ * resizes it (where FERRY_DEVICE_SRQ_RESIZE is set).
+ */
+int ferry_modify_srq(struct ferry_srq *srq, struct ferry_srq_attr *attr,
+		     int attr_mask);
+int ferry_query_srq(struct ferry_srq *srq, struct ferry_srq_attr *attr_p);
+/** ferry_destroy_srq - EBUSY while QPs created on it exist. */
+int ferry_destroy_srq(struct ferry_srq *srq);
+int ferry_post_srq_recv(struct ferry_srq *srq, struct ferry_recv_wr *wr,
+			struct ferry_recv_wr **bad_wr_p);
+
+/* --- asynchronous events (enum ibv_event_type, same values) --- */
+
+enum ferry_event_type {
+	FERRY_EVENT_CQ_ERR,
+	FERRY_EVENT_QP_FATAL,
+	FERRY_EVENT_QP_REQ_ERR,
+	FERRY_EVENT_QP_ACCESS_ERR,
+	FERRY_EVENT_COMM_EST,
+	FERRY_EVENT_SQ_DRAINED,
+	FERRY_EVENT_PATH_MIG,
+	FERRY_EVENT_PATH_MIG_ERR,
+	FERRY_EVENT_DEVICE_FATAL,
+	FERRY_EVENT_PORT_ACTIVE,
+	FERRY_EVENT_PORT_ERR,
+	FERRY_EVENT_LID_CHANGE,
+	FERRY_EVENT_PKEY_CHANGE,
+	FERRY_EVENT_SM_CHANGE,
+	FERRY_EVENT_SRQ_ERR,
+	FERRY_EVENT_SRQ_LIMIT_REACHED,
+	FERRY_EVENT_QP_LAST_WQE_REACHED,
+	FERRY_EVENT_CLIENT_REREGISTER,
+	FERRY_EVENT_GID_CHANGE,
+	FERRY_EVENT_WQ_FATAL,
+};
+
+struct ferry_async_event {
+	union {
+		struct ferry_cq *cq;
+		struct ferry_qp *qp;
+		struct ferry_srq *srq;
+		int port_num;
+	} element;
+	enum ferry_event_type event_type;
+};
+
+/**
+ * ferry_get_async_event - the next asynchronous event of @context: waits
+ * for one while its async_fd is blocking, else fails with EAGAIN.  Each
+ * event is acknowledged with ferry_ack_async_event.  Destroying an object
+ * drops its events not yet got.
+ */
+int ferry_get_async_event(struct ferry_context *context,
+			  struct ferry_async_event *event);
+void ferry_ack_async_event(struct ferry_async_event *event);
+/** ferry_event_type_str - the text libibverbs gives the same event. */
+const char *ferry_event_type_str(enum ferry_event_type event);
 
 /* --- queue pairs --- */
 

@@ -199,6 +199,10 @@ struct shm_region {
 	 * writes the peer's memory no more.  Until the peer says so in its
 	 * region, ours is not ours to reuse (shm_region_retire). */
 	_Atomic uint32_t released;
+	/* The owner's QP takes its receives from an SRQ and tops this ring up
+	 * from it when asked: a sender that finds the ring empty (rnr_wait)
+	 * kicks the owner's monitor too (shm_srq.c). */
+	_Atomic uint32_t srq_kick;
 	/* Raised (and futex-woken) by the owner when the peer's CQ is armed
 	 * with SHM_NOTIFY_FUTEX: a thread of the peer sleeps on it. */
 	_Alignas(64) _Atomic uint32_t wake_seq;
@@ -488,6 +492,42 @@ struct shm_cq {
 	_Atomic uint32_t local_seq;
 };
 
+/*
+ * A shared receive queue: a pool of receives in private memory (no peer
+ * sees it), translated at post time as a QP's are.  Each QP on it has an
+ * RQ of its own in its region (SHM_SRQ_RING at most, or the SRQ's
+ * max_wr) holding a window of receives the peer has not delivered to
+ * (SHM_SRQ_WINDOW at most) and those it has but we did not poll yet,
+ * which this process tops up from the pool: at ferry_post_srq_recv, when it
+ * polls the QP's completions, and when the QP's peer waits for a receive
+ * and kicks the monitor (srq_kick).  So peers still read only rings that
+ * one process writes, and can take no more than their window.
+ * posted counts the WRs posted and not yet completed, in the pool or in
+ * a window: the limit is checked against it when completions are taken.
+ */
+#define SHM_SRQ_WINDOW		8u	/* receives a peer may take, not delivered,
+					 * at most (and no more than posted / QPs) */
+#define SHM_SRQ_RING		256u	/* ... in a QP's RQ of up to this many */
+struct shm_srq {
+	struct ferry_srq srq;
+	pthread_mutex_t lock;		/* pool, counts, limit; inside rq_lock */
+	uint8_t *pool;			/* cap entries of stride bytes, a ring */
+	size_t stride;
+	uint32_t cap;			/* a power of two >= max_wr */
+	uint32_t max_wr, max_sge, limit;
+	uint64_t head, tail;		/* the pool holds [head, tail) */
+	uint32_t posted;
+	pthread_mutex_t qps_lock;	/* qps; before any QP's rq_lock */
+	struct shm_qp **qps;		/* the QPs on it */
+	uint32_t nqps, qps_cap;
+	struct shm_srq *next;		/* in the process's list (the monitor's) */
+};
+
+static inline struct shm_srq *to_ssrq(struct ferry_srq *srq)
+{
+	return container_of(srq, struct shm_srq, srq);
+}
+
 /* A WR of ferry_post_send_direct's FERRY_DIRECT_NOCACHE: stores past our caches. */
 #define SHM_SWQE_NOCACHE	(1u << 31)
 
@@ -648,6 +688,11 @@ struct shm_qp {
 	struct shm_join *join;
 	bool join_wait;
 	struct shm_ud *ud;		/* UD QPs only (shm-ud.h) */
+	/* Shared receive queue (shm_srq.c): the RQ above is the QP's window
+	 * on it, topped up from it; srq_last_wqe: LAST_WQE_REACHED raised
+	 * (rq_lock). */
+	struct shm_srq *srq;
+	bool srq_last_wqe;
 
 	struct shm_qp *pd_next;		/* in shm_pd.qps */
 	struct shm_qp *rnr_next;	/* in the monitor's RNR list */
@@ -862,7 +907,34 @@ int shm_destroy_qp(struct ferry_qp *qp);
 void shm_qp_set_error(struct shm_qp *qp, const char *why);	/* sq_lock held */
 void shm_qp_flush_sq(struct shm_qp *qp);			/* sq_lock held */
 
+/* shm_srq.c: what QPs on an SRQ use of it */
+/* The RQ a QP on @srq gets (its window), in @cap; its PD must be the SRQ's. */
+int shm_srq_qp_caps(struct shm_srq *srq, struct ferry_pd *pd, struct ferry_qp_cap *cap);
+int shm_srq_attach(struct shm_srq *srq, struct shm_qp *qp);
+void shm_srq_detach(struct shm_qp *qp);
+/* Top the QP's window up from its SRQ: rq_lock held (_locked) or taken. */
+void shm_srq_fill_locked(struct shm_qp *qp);
+void shm_srq_fill(struct shm_qp *qp);
+/* @n receives of the QP's window completed; rq_lock held. */
+void shm_srq_consumed(struct shm_qp *qp, uint32_t n);
+/* The QP is in ERR: its window goes back to the SRQ, then LAST_WQE_REACHED
+ * (once); rq_lock held (_locked) or taken. */
+void shm_srq_qp_error_locked(struct shm_qp *qp);
+void shm_srq_qp_error(struct shm_qp *qp);
+/* RESET or destroy: the window goes back to the SRQ; rq_lock held. */
+void shm_srq_qp_reset(struct shm_qp *qp);
+/* The monitor was kicked: top up the QPs whose peers wait. */
+void shm_srq_monitor_pass(void);
+
 /* shm_data.c (sends) and shm_recv.c (receives): the data path */
+/* shm_recv.c, for SRQs: translate @wr's SGEs with @spd's MRs into @rs and
+ * @ls (at most @max_sge); place a translated receive in the QP's RQ (0 or
+ * ENOMEM); publish and kick the waiting peer after placing.  rq_lock held. */
+int shm_rq_translate(struct shm_pd *spd, const struct ferry_recv_wr *wr, uint32_t max_sge,
+		     struct shm_rsge *rs, struct shm_lsge *ls, uint64_t *total_p);
+int shm_rq_place(struct shm_qp *qp, uint64_t wr_id, uint64_t total, uint32_t num_sge,
+		 const struct shm_rsge *rs, const struct shm_lsge *ls);
+void shm_rq_posted(struct shm_qp *qp);
 int shm_post_send(struct ferry_qp *qp, struct ferry_send_wr *wr, struct ferry_send_wr **bad);
 int shm_post_send_direct(struct ferry_qp *qp, struct ferry_send_wr *wr, unsigned int how);
 int shm_post_recv(struct ferry_qp *qp, struct ferry_recv_wr *wr, struct ferry_recv_wr **bad);

@@ -15,6 +15,12 @@ struct ferry_context *shm_open_device(struct ferry_device *dev);
 int shm_close_device(struct ferry_context *ctx);
 int shm_query_device(struct ferry_context *ctx, struct ferry_device_attr *attr);
 int shm_query_device_ex(struct ferry_context *ctx, struct ferry_device_attr_ex *attr);
+/* shm_srq.c: shared receive queues */
+struct ferry_srq *shm_create_srq(struct ferry_pd *pd, struct ferry_srq_init_attr *init);
+int shm_modify_srq(struct ferry_srq *srq, struct ferry_srq_attr *attr, int mask);
+int shm_query_srq(struct ferry_srq *srq, struct ferry_srq_attr *attr);
+int shm_destroy_srq(struct ferry_srq *srq);
+int shm_post_srq_recv(struct ferry_srq *srq, struct ferry_recv_wr *wr, struct ferry_recv_wr **bad);
 /* shm_pd.c: PDs and their MR tables */
 struct ferry_pd *shm_alloc_pd(struct ferry_context *ctx);
 struct ferry_pd *shm_alloc_pd_small(struct ferry_context *ctx, uint32_t max_remote);

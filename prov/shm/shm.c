@@ -2,9 +2,10 @@
  * shm.c - the shm provider: its operations table.  Each operation lives in
  * its object's file: the device and a context in shm_device.c, PDs and
  * their MR tables in shm_pd.c, MRs in shm_mr.c, CQs in shm_cq.c,
- * completion channels in shm_channel.c, QPs in shm_qp.c, the data path in
- * shm_data.c and shm_recv.c, connections and the monitor thread in
- * shm_conn.c and shm_monitor.c, mappings of peers' files in shm_map.c.
+ * completion channels in shm_channel.c, QPs in shm_qp.c, shared receive
+ * queues in shm_srq.c, the data path in shm_data.c and shm_recv.c,
+ * connections and the monitor thread in shm_conn.c and shm_monitor.c,
+ * mappings of peers' files in shm_map.c.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -73,6 +74,11 @@ const struct ferry_provider ferry_shm_provider = {
 	.post_send = shm_post_send,
 	.post_send_direct = shm_post_send_direct,
 	.post_recv = shm_post_recv,
+	.create_srq = shm_create_srq,
+	.modify_srq = shm_modify_srq,
+	.query_srq = shm_query_srq,
+	.destroy_srq = shm_destroy_srq,
+	.post_srq_recv = shm_post_srq_recv,
 	.qp_exchange = shm_qp_exchange_op,
 	.qp_exchange_begin = shm_qp_exchange_begin_op,
 	.qp_exchange_step = shm_qp_exchange_step_op,

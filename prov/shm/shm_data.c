@@ -719,6 +719,9 @@ static bool shm_sq_rnr(struct shm_qp *qp)
 	if (shm_peer_recvs(qp, qp->conn) != 0)
 		qp->rnr_deadline_ns = now;
 	shm_monitor_rnr(qp);
+	/* A peer on an SRQ tops our window up when its monitor is told. */
+	if (atomic_load_explicit(&pr->srq_kick, memory_order_relaxed))
+		shm_wake(&qp->conn->peer_kick);
 	return true;
 }
 

@@ -44,7 +44,7 @@ int shm_close_device(struct ferry_context *ctx)
 	return 0;
 }
 
-/* What the soft device can do; SRQs, memory windows and multicast: none yet. */
+/* What the soft device can do; memory windows and multicast: none yet. */
 int shm_query_device(struct ferry_context *ctx, struct ferry_device_attr *attr)
 {
 	(void)ctx;
@@ -54,7 +54,7 @@ int shm_query_device(struct ferry_context *ctx, struct ferry_device_attr *attr)
 	attr->page_size_cap = ~((uint64_t)sysconf(_SC_PAGESIZE) - 1);
 	attr->max_qp = 1 << 20;
 	attr->max_qp_wr = SHM_MAX_QP_WR;
-	attr->device_cap_flags = FERRY_DEVICE_RC_RNR_NAK_GEN;
+	attr->device_cap_flags = FERRY_DEVICE_RC_RNR_NAK_GEN | FERRY_DEVICE_SRQ_RESIZE;
 	attr->max_sge = SHM_MAX_SGE;
 	attr->max_sge_rd = SHM_MAX_SGE;
 	attr->max_cq = 1 << 20;
@@ -67,6 +67,9 @@ int shm_query_device(struct ferry_context *ctx, struct ferry_device_attr *attr)
 	attr->max_qp_init_rd_atom = 128;
 	/* CPU atomics on shared memory: atomic with the CPU's own as well. */
 	attr->atomic_cap = FERRY_ATOMIC_GLOB;
+	attr->max_srq = 1 << 20;
+	attr->max_srq_wr = SHM_MAX_QP_WR;
+	attr->max_srq_sge = SHM_MAX_SGE;
 	attr->max_pkeys = 1;
 	attr->phys_port_cnt = 1;
 	attr->max_inline_data = SHM_MAX_INLINE;

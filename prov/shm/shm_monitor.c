@@ -376,6 +376,9 @@ static void *shm_monitor_main(void *arg)
 		}
 		next = shm_monitor_rnr_pass(kicked);
 		pthread_mutex_unlock(&mon.lock);
+		/* A kick may be a peer whose window on our SRQ is empty. */
+		if (kicked)
+			shm_srq_monitor_pass();
 	}
 	return arg;
 }

@@ -113,13 +113,18 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 	if (!qp)
 		return NULL;
 	qp->cap = attr->cap;
+	if (attr->srq && shm_srq_qp_caps(to_ssrq(attr->srq), pd, &qp->cap)) {
+		free(qp);
+		errno = EINVAL;
+		return NULL;
+	}
 	if (qp->cap.max_send_sge == 0)
 		qp->cap.max_send_sge = 1;
 	if (qp->cap.max_recv_sge == 0)
 		qp->cap.max_recv_sge = 1;
 	qp->sq_sig_all = attr->sq_sig_all;
 	qp->sq_size = pow2_at_least(attr->cap.max_send_wr ? attr->cap.max_send_wr : 1);
-	qp->rq_size = pow2_at_least(attr->cap.max_recv_wr ? attr->cap.max_recv_wr : 1);
+	qp->rq_size = pow2_at_least(qp->cap.max_recv_wr ? qp->cap.max_recv_wr : 1);
 	qp->sq_stride = sizeof(struct shm_swqe) +
 			qp->cap.max_send_sge * sizeof(struct ferry_sge) +
 			((qp->cap.max_inline_data + 7) & ~7u);
@@ -138,6 +143,8 @@ struct ferry_qp *shm_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr *a
 	qp->qp.handle = qp->qp.qp_num;
 	qp->qp.state = FERRY_QPS_RESET;
 	qp->qp.qp_type = attr->qp_type;
+	if (attr->srq && shm_srq_attach(to_ssrq(attr->srq), qp))
+		goto err_free;
 
 	ferry_lock(&to_scq(attr->send_cq)->lock);
 	to_scq(attr->send_cq)->nqps++;
@@ -185,6 +192,8 @@ void shm_qp_set_error(struct shm_qp *qp, const char *why)
 	__atomic_store_n(&qp->qp.state, FERRY_QPS_ERR, __ATOMIC_RELEASE);
 	if (qp->region)
 		atomic_store(&qp->region->in_error, 1);
+	if (qp->srq)
+		shm_srq_qp_error(qp);	/* its window back to the SRQ, LAST_WQE */
 	shm_qp_flush_sq(qp);
 	ferry_lock(&rcq->lock);
 	shm_cq_signal_local(rcq, true);
@@ -287,6 +296,8 @@ static int shm_qp_check_attr(struct shm_qp *qp, const struct ferry_qp_attr *a, i
 static void shm_qp_reset(struct shm_qp *qp)
 {
 	ferry_lock(&qp->rq_lock);
+	if (qp->srq)
+		shm_srq_qp_reset(qp);	/* its window back to the SRQ */
 	qp->rq_prod = qp->rq_cons = 0;
 	ferry_unlock(&qp->rq_lock);
 	qp->sq_head = qp->sq_exec = 0;
@@ -360,6 +371,8 @@ int shm_modify_qp(struct ferry_qp *fqp, struct ferry_qp_attr *attr, int mask)
 		} else if (next == FERRY_QPS_RTS) {
 			shm_sq_progress(qp);	/* SQD -> RTS resumes */
 		}
+		if (qp->srq)
+			shm_srq_fill(qp);	/* receives may be posted from INIT on */
 	}
 	ferry_unlock(&qp->sq_lock);
 	if (join)
@@ -401,6 +414,7 @@ int shm_query_qp(struct ferry_qp *fqp, struct ferry_qp_attr *a,
 	init->qp_context = fqp->qp_context;
 	init->send_cq = fqp->send_cq;
 	init->recv_cq = fqp->recv_cq;
+	init->srq = fqp->srq;
 	init->cap = qp->cap;
 	init->qp_type = fqp->qp_type;
 	init->sq_sig_all = qp->sq_sig_all;
@@ -416,6 +430,8 @@ int shm_destroy_qp(struct ferry_qp *fqp)
 		return shm_ud_destroy_qp(qp);
 	shm_monitor_forget(qp);
 	shm_join_forget(qp);
+	if (qp->srq)
+		shm_srq_detach(qp);	/* no more top-ups; reset gives its window back */
 	shm_pd_remove_qp(to_spd(fqp->pd), qp);
 	shm_cq_detach_recv(rcq, qp);
 	if (scq != rcq)

@@ -80,6 +80,8 @@ void shm_rq_publish(struct shm_qp *qp)
 
 	for (seq = qp->rq_cons; seq < qp->rq_prod; seq++)
 		shm_rq_write_entry(qp, seq);
+	if (qp->srq)
+		atomic_store(&qp->region->srq_kick, 1);
 	atomic_store_explicit(&qp->region->rq_prod, qp->rq_prod, memory_order_release);
 }
 
@@ -108,21 +110,17 @@ static int shm_rq_grow(struct shm_qp *qp)
 	return 0;
 }
 
-/* Check and translate one receive WR into slot rq_prod; rq_lock held. */
-static int shm_rq_put(struct shm_qp *qp, const struct ferry_recv_wr *wr)
+/*
+ * Check @wr's SGEs against @spd's MRs and translate them: @rs as the peer
+ * will see them, @ls as posted.  0 or EINVAL.
+ */
+int shm_rq_translate(struct shm_pd *spd, const struct ferry_recv_wr *wr, uint32_t max_sge,
+		     struct shm_rsge *rs, struct shm_lsge *ls, uint64_t *total_p)
 {
-	struct shm_pd *spd = to_spd(qp->qp.pd);
-	uint32_t slot = (uint32_t)(qp->rq_prod & (qp->rq_size - 1));
-	struct shm_rsge *rs = &qp->rq_pending[(size_t)slot * qp->cap.max_recv_sge];
-	struct shm_lsge *ls = &qp->rq_local[(size_t)slot * qp->cap.max_recv_sge];
 	uint64_t total = 0;
 	int i;
 
-	if (qp->rq_prod - qp->rq_cons >= qp->cap.max_recv_wr)
-		return ENOMEM;
-	if (qp->rq_prod - qp->rq_cons >= qp->rq_cap && shm_rq_grow(qp))
-		return ENOMEM;
-	if ((uint32_t)wr->num_sge > qp->cap.max_recv_sge)
+	if ((uint32_t)wr->num_sge > max_sge)
 		return EINVAL;
 	for (i = 0; i < wr->num_sge; i++) {
 		const struct ferry_sge *g = &wr->sg_list[i];
@@ -147,12 +145,69 @@ static int shm_rq_put(struct shm_qp *qp, const struct ferry_recv_wr *wr)
 					   (e->access & FERRY_ACCESS_REMOTE_WRITE) };
 		total += g->length;
 	}
-	*shm_rwqe_at(qp, qp->rq_prod) = (struct shm_rwqe){ .wr_id = wr->wr_id, .total_len = total,
-							   .num_sge = (uint32_t)wr->num_sge };
+	*total_p = total;
+	return 0;
+}
+
+/* Room in the private ring for one more receive; rq_lock held.  0 or ENOMEM. */
+static int shm_rq_room(struct shm_qp *qp)
+{
+	if (qp->rq_prod - qp->rq_cons >= qp->cap.max_recv_wr)
+		return ENOMEM;
+	if (qp->rq_prod - qp->rq_cons >= qp->rq_cap && shm_rq_grow(qp))
+		return ENOMEM;
+	return 0;
+}
+
+/* The receive in slot rq_prod is complete: publish it; rq_lock held. */
+static void shm_rq_commit(struct shm_qp *qp, uint64_t wr_id, uint64_t total, uint32_t num_sge)
+{
+	*shm_rwqe_at(qp, qp->rq_prod) = (struct shm_rwqe){ .wr_id = wr_id, .total_len = total,
+							   .num_sge = num_sge };
 	if (qp->region)
 		shm_rq_write_entry(qp, qp->rq_prod);
 	qp->rq_prod++;
+}
+
+/* Check and translate one receive WR into slot rq_prod; rq_lock held. */
+static int shm_rq_put(struct shm_qp *qp, const struct ferry_recv_wr *wr)
+{
+	size_t at = (size_t)(qp->rq_prod & (qp->rq_size - 1)) * qp->cap.max_recv_sge;
+	uint64_t total;
+	int err;
+
+	err = shm_rq_room(qp);
+	if (!err)
+		err = shm_rq_translate(to_spd(qp->qp.pd), wr, qp->cap.max_recv_sge,
+				       &qp->rq_pending[at], &qp->rq_local[at], &total);
+	if (err)
+		return err;
+	shm_rq_commit(qp, wr->wr_id, total, (uint32_t)wr->num_sge);
 	return 0;
+}
+
+int shm_rq_place(struct shm_qp *qp, uint64_t wr_id, uint64_t total, uint32_t num_sge,
+		 const struct shm_rsge *rs, const struct shm_lsge *ls)
+{
+	size_t at = (size_t)(qp->rq_prod & (qp->rq_size - 1)) * qp->cap.max_recv_sge;
+	int err = shm_rq_room(qp);
+
+	if (err)
+		return err;
+	memcpy(&qp->rq_pending[at], rs, num_sge * sizeof(*rs));
+	memcpy(&qp->rq_local[at], ls, num_sge * sizeof(*ls));
+	shm_rq_commit(qp, wr_id, total, num_sge);
+	return 0;
+}
+
+void shm_rq_posted(struct shm_qp *qp)
+{
+	if (!qp->region)
+		return;
+	atomic_store_explicit(&qp->region->rq_prod, qp->rq_prod, memory_order_release);
+	/* A sender waiting for a receive sleeps until kicked. */
+	if (qp->conn)
+		shm_rq_kick_peer(qp->conn);
 }
 
 int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_recv_wr **bad)
@@ -174,12 +229,7 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
 				break;
 		}
 	}
-	if (qp->region) {
-		atomic_store_explicit(&qp->region->rq_prod, qp->rq_prod, memory_order_release);
-		/* A sender waiting for a receive sleeps until kicked. */
-		if (qp->conn)
-			shm_rq_kick_peer(qp->conn);
-	}
+	shm_rq_posted(qp);
 	ferry_unlock(&qp->rq_lock);
 	if (state == FERRY_QPS_ERR) {
 		struct shm_cq *rcq = to_scq(fqp->recv_cq);
@@ -203,12 +253,19 @@ int shm_post_recv(struct ferry_qp *fqp, struct ferry_recv_wr *wr, struct ferry_r
  */
 static void shm_rq_fatal(struct shm_qp *qp, const char *why, bool hostile)
 {
-	if (!atomic_exchange(&qp->async_error, true))
+	bool first = !atomic_exchange(&qp->async_error, true);
+
+	if (first)
 		ferry_log(hostile ? FERRY_LOG_WARN : FERRY_LOG_INFO,
 			  "QP %u: %s: moving to ERR", qp->qp.qp_num, why);
 	__atomic_store_n(&qp->qp.state, FERRY_QPS_ERR, __ATOMIC_RELEASE);
 	if (qp->region)
 		atomic_store(&qp->region->in_error, 1);
+	/* No completion says why a broken protocol took the QP down. */
+	if (first && hostile)
+		ferry_async_post(qp->qp.context, FERRY_EVENT_QP_FATAL, &qp->qp);
+	if (qp->srq)
+		shm_srq_qp_error_locked(qp);
 }
 
 /* The peer waits for something of ours (a receive, room in its ring): kick it. */
@@ -310,6 +367,37 @@ static bool shm_delivery_ok(const struct shm_delivery *d, const struct shm_rwqe 
 	       d->byte_len <= 0x80000000u;
 }
 
+/* Flush receives into @wc from *@got_p up to @n; rq_lock held.  How many. */
+static int shm_rq_flush(struct shm_qp *qp, struct ferry_wc *wc, int n, int *got_p)
+{
+	int start = *got_p;
+
+	while (*got_p < n && qp->rq_cons != qp->rq_prod) {
+		struct ferry_wc *w = &wc[(*got_p)++];
+
+		memset(w, 0, sizeof(*w));
+		w->wr_id = shm_rwqe_at(qp, qp->rq_cons)->wr_id;
+		w->status = FERRY_WC_WR_FLUSH_ERR;
+		w->opcode = FERRY_WC_RECV;
+		w->qp_num = qp->qp.qp_num;
+		qp->rq_cons++;
+	}
+	return *got_p - start;
+}
+
+/*
+ * @n receives completed: a QP on an SRQ accounts for them and takes more.
+ * (No COMM_EST: a connection's every QP would raise one, into a queue the
+ * stream sockets never read.)  rq_lock held.
+ */
+static void shm_poll_recv_note(struct shm_qp *qp, uint32_t n)
+{
+	if (qp->srq) {
+		shm_srq_consumed(qp, n);
+		shm_srq_fill_locked(qp);
+	}
+}
+
 /*
  * shm_poll_recv - completions for up to @n of @qp's receives: those the peer
  * consumed, then, if the QP is in error, flushes.  Called with the recv CQ's
@@ -319,6 +407,7 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 {
 	struct shm_conn *conn = qp->conn;	/* stable: reset takes our CQ's lock */
 	uint32_t mask = qp->rq_size - 1;
+	uint32_t consumed = 0;
 	int got = 0;
 
 	/* rq_cons only moves here, under the CQ lock: peek without rq_lock. */
@@ -369,25 +458,24 @@ int shm_poll_recv(struct shm_qp *qp, int n, struct ferry_wc *wc)
 		}
 		qp->rq_cons++;
 		got++;
+		consumed++;
 		if (d.status != FERRY_WC_SUCCESS) {
 			/* As in IB, a receive in error takes the QP down. */
 			shm_rq_fatal(qp, ferry_wc_status_str(d.status), false);
 			break;
 		}
 	}
-	if (__atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR ||
-	    (conn && conn->dead)) {
-		while (got < n && qp->rq_cons != qp->rq_prod) {
-			struct ferry_wc *w = &wc[got++];
-
-			memset(w, 0, sizeof(*w));
-			w->wr_id = shm_rwqe_at(qp, qp->rq_cons)->wr_id;
-			w->status = FERRY_WC_WR_FLUSH_ERR;
-			w->opcode = FERRY_WC_RECV;
-			w->qp_num = qp->qp.qp_num;
-			qp->rq_cons++;
-		}
+	if (qp->srq && __atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR) {
+		/* What the peer did not take goes back to the SRQ; what is
+		 * left is delivered, and flushed unless it completed above. */
+		shm_srq_qp_error_locked(qp);
+		consumed += (uint32_t)(shm_rq_flush(qp, wc, n, &got));
+	} else if (!qp->srq && (__atomic_load_n(&qp->qp.state, __ATOMIC_ACQUIRE) == FERRY_QPS_ERR ||
+				(conn && conn->dead))) {
+		shm_rq_flush(qp, wc, n, &got);
 	}
+	if (consumed)
+		shm_poll_recv_note(qp, consumed);
 	ferry_unlock(&qp->rq_lock);
 	return got;
 }

@@ -181,6 +181,10 @@ struct ferry_qp *shm_ud_create_qp(struct ferry_pd *pd, struct ferry_qp_init_attr
 		errno = EINVAL;
 		return NULL;
 	}
+	if (attr->srq) {		/* UD on an SRQ: not on shm yet */
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
 	qp = calloc(1, sizeof(*qp));
 	if (!qp)
 		return NULL;

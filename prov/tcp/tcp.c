@@ -339,6 +339,12 @@ const struct ferry_provider ferry_tcp_provider = {
 	.post_send = tcp_post_send,
 	.post_recv = tcp_post_recv,
 	.qp_write_imm_ok = tcp_qp_write_imm_ok,
+	/* No SRQs over tcp yet. */
+	.create_srq = ferry_srq_unsupported_create,
+	.modify_srq = ferry_srq_unsupported_modify,
+	.query_srq = ferry_srq_unsupported_query,
+	.destroy_srq = ferry_srq_unsupported_destroy,
+	.post_srq_recv = ferry_srq_unsupported_post,
 	.qp_exchange = tcp_qp_exchange,
 	.qp_exchange_begin = tcp_qp_exchange_begin,
 	.qp_exchange_step = tcp_qp_exchange_step,

@@ -187,6 +187,18 @@ void verbs_ah_to_ibv(struct ibv_ah_attr *out, const struct ferry_ah_attr *in,
 		     uint8_t default_port);
 void verbs_ah_from_ibv(struct ferry_ah_attr *out, const struct ibv_ah_attr *in);
 
+/* --- SRQs and asynchronous events (verbs_srq.c) --- */
+
+struct ferry_srq *verbs_create_srq(struct ferry_pd *pd, struct ferry_srq_init_attr *init);
+int verbs_modify_srq(struct ferry_srq *srq, struct ferry_srq_attr *attr, int mask);
+int verbs_query_srq(struct ferry_srq *srq, struct ferry_srq_attr *attr);
+int verbs_destroy_srq(struct ferry_srq *srq);
+int verbs_post_srq_recv(struct ferry_srq *srq, struct ferry_recv_wr *wr,
+			struct ferry_recv_wr **bad);
+/* The ibv_srq behind @srq (NULL for none). */
+struct ibv_srq *verbs_srq_ibv(struct ferry_srq *srq);
+int verbs_get_async_event(struct ferry_context *ctx, struct ferry_async_event *ev);
+
 /*
  * verbs_device_max_inline - the largest max_inline_data the device accepts
  * on an RC QP, probed once with throw-away QPs.

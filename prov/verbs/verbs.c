@@ -107,6 +107,7 @@ static struct verbs_ctx *verbs_context_new(struct verbs_device *vdev)
 		return NULL;
 	vc->ctx.device = &vdev->dev;
 	vc->ctx.provider = &ferry_verbs_provider;
+	vc->ctx.async_fd = vdev->ibv->async_fd;	/* librdmacm's context's */
 	vc->vdev = vdev;
 	vc->refs = 1;
 	return vc;
@@ -430,6 +431,12 @@ const struct ferry_provider ferry_verbs_provider = {
 	.post_send = verbs_post_send,
 	.post_recv = verbs_post_recv,
 	.qp_write_imm_ok = verbs_qp_write_imm_ok,
+	.create_srq = verbs_create_srq,
+	.modify_srq = verbs_modify_srq,
+	.query_srq = verbs_query_srq,
+	.destroy_srq = verbs_destroy_srq,
+	.post_srq_recv = verbs_post_srq_recv,
+	.get_async_event = verbs_get_async_event,
 	.qp_exchange = verbs_qp_exchange,
 	.qp_exchange_begin = verbs_qp_exchange_begin,
 	.qp_exchange_step = verbs_qp_exchange_step,

@@ -44,6 +44,7 @@ void verbs_qp_init_attr_to_ibv(const struct ferry_qp_init_attr *in,
 	out->cap.max_send_sge = in->cap.max_send_sge;
 	out->cap.max_recv_sge = in->cap.max_recv_sge;
 	out->cap.max_inline_data = in->cap.max_inline_data;
+	out->srq = verbs_srq_ibv(in->srq);
 	out->qp_type = (enum ibv_qp_type)in->qp_type;	/* RC, UC, UD: ibverbs' values */
 	out->sq_sig_all = in->sq_sig_all;
 }
@@ -56,6 +57,7 @@ static struct verbs_qp *verbs_qp_new(struct ferry_pd *pd, struct ibv_qp *ibv,
 	if (!qp)
 		return NULL;
 	pthread_mutex_init(&qp->lock, NULL);
+	ibv->qp_context = qp;	/* how its async events find it (verbs_srq.c) */
 	qp->ibv = ibv;
 	qp->peer.sgid_index = -1;
 	qp->qp.context = pd->context;

@@ -29,6 +29,7 @@
 #          directions, RXE_RSOCK_BYTES each way (tests/rxe/interop-rsocket.sh).
 # pingpong: ferry's rc_pingpong / uc_pingpong against ibv_rc_pingpong /
 #          ibv_uc_pingpong, both directions (tests/rxe/interop-pingpong.sh),
+#          srq_pingpong against ibv_srq_pingpong (interop-srq-pingpong.sh),
 #          and the suite join (QPs joined out of band) with
 #          FERRY_TRANSPORT=verbs.
 # ud:      examples/ud_pingpong against rdma-core's ibv_ud_pingpong, each as
@@ -76,7 +77,7 @@ export FERRY_TRANSPORT=verbs
 
 # Suites whose tests hold for every provider.  hostile and peer are about
 # shm's shared memory and its peer-death detection; they stay on shm.
-UNIT_SUITES="objects query qp_state ops errors rnr flush channel ud"
+UNIT_SUITES="objects query qp_state ops errors rnr flush channel ud srq"
 CM_SUITES="cm cm_robust"
 
 run_suite() {
@@ -160,6 +161,13 @@ stage_pingpong() {
 	0) pass "pingpong: $(tail -n 1 "$log")" ;;
 	77) skip "pingpong: $(tail -n 1 "$log")" ;;
 	*) fail "pingpong: ferry <-> ibv_*_pingpong"; tail -n 30 "$log" ;;
+	esac
+	log=/tmp/check-rxe-srq-pingpong.log
+	timeout 600 "$srcdir/tests/rxe/interop-srq-pingpong.sh" > "$log" 2>&1
+	case $? in
+	0) pass "pingpong: srq: $(tail -n 1 "$log")" ;;
+	77) skip "pingpong: srq: $(tail -n 1 "$log")" ;;
+	*) fail "pingpong: ferry srq_pingpong <-> ibv_srq_pingpong"; tail -n 30 "$log" ;;
 	esac
 	run_suite join
 }
