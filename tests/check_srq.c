@@ -135,6 +135,18 @@ START_TEST(test_srq_create_errors)
 		ck_assert_ptr_eq(bad, &wr[0]);
 	}
 	ck_assert_int_eq(ferry_destroy_srq(small), 0);
+
+	/* shm's UD QPs take their receives from their own socket: no SRQ. */
+	if (tu_on_shm()) {
+		struct ferry_qp_init_attr qa = {
+			.send_cq = rx.send_cq, .recv_cq = rx.recv_cq, .srq = srq_q, .qp_type = FERRY_QPT_UD,
+			.cap = { .max_send_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		};
+
+		errno = 0;
+		ck_assert_ptr_null(ferry_create_qp(rx.pd, &qa));
+		ck_assert_int_eq(errno, EOPNOTSUPP);
+	}
 }
 END_TEST
 
