@@ -45,7 +45,8 @@ hello_build() {
 	sed -n '/^\/\* sock_hello\.c/,/^```$/p' "$src" | sed '$d' |
 		sed "s/\"127\.0\.0\.1\"/\"$a1\"/" >"$tmp/sock_hello.c"
 	grep -q "\"$a1\"" "$tmp/sock_hello.c" || { echo "the README's sock_hello has no address to change"; return 1; }
-	$cc -I"${srcdir:-..}/include" "$tmp/sock_hello.c" "$PWD/.libs/libferry.so" \
+	# shellcheck disable=SC2086 # SAN_LDFLAGS: words (make check sets it)
+	$cc ${SAN_LDFLAGS:-} -I"${srcdir:-..}/include" "$tmp/sock_hello.c" "$PWD/.libs/libferry.so" \
 		-Wl,-rpath,"$PWD/.libs" -o "$tmp/sock_hello" 2>&1
 }
 

@@ -72,7 +72,8 @@ static int tcp_send_wr_copy(struct tcp_qp *qp, const struct ferry_send_wr *wr, u
 		w->rkey = wr->wr.rdma.rkey;
 	}
 	w->num_sge = wr->num_sge;
-	memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(*w->sge));
+	if (wr->num_sge)	/* a zero-length WR may have no sg_list at all */
+		memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(*w->sge));
 	if ((wr->send_flags & FERRY_SEND_INLINE) && wr->opcode != FERRY_WR_RDMA_READ && len) {
 		uint32_t off = 0;
 
