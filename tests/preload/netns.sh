@@ -32,6 +32,7 @@ py=$(python3_bin)
 ns1="ferry-pn1-$$" ns2="ferry-pn2-$$"
 a1=10.83.0.1 a2=10.83.0.2
 ip netns add "$ns1" 2>/dev/null || skip "cannot make a network namespace here"
+# shellcheck disable=SC2317 # run by the trap
 netns_cleanup() {
 	cleanup
 	ip netns del "$ns1" 2>/dev/null
@@ -72,12 +73,12 @@ listens() {
 # start_server NAME MODE COMMAND...: COMMAND under the shim in ns1; its pid
 # in $server_pid once it listens on $port, else fail and return 1.
 start_server() {
-	local name=$1 mode=$2 i
+	local name=$1 mode=$2 _
 	shift 2
 	under "$mode"
 	spawn "$tmp/$name.out" "$tmp/$name.err" ip netns exec "$ns1" "${under[@]}" "$@"
 	server_pid=$spawned
-	for i in $(seq 400); do
+	for _ in $(seq 400); do
 		listens "$ns1" "$server_pid" "$port" "$tmp/$name.err" && break
 		kill -0 "$server_pid" 2>/dev/null || break
 		sleep 0.05
@@ -148,7 +149,7 @@ ferry_rows() {
 }
 
 run_socat() {
-	local mode=$1 what="socat echo, a held connection ($1)" line i rows1 rows2 want_rows
+	local mode=$1 what="socat echo, a held connection ($1)" _ rows1 rows2 want_rows
 	start_server "socat-$mode" "$mode" socat "TCP-LISTEN:$port,bind=$a1,reuseaddr" PIPE ||
 		return
 	mkfifo "$tmp/in"
@@ -160,7 +161,7 @@ run_socat() {
 	client_pid=$!
 	pids+=("$client_pid")
 	echo "ferry between hosts" >&3
-	for i in $(seq 200); do
+	for _ in $(seq 200); do
 		grep -q "ferry between hosts" "$tmp/sc.out" && break
 		sleep 0.05
 	done

@@ -145,7 +145,7 @@ stage_interop() {
 # ferry over the device (verbs), and on iWARP also over its own tcp
 # transport against rsocket on siw0.
 stage_rsocket() {
-	local transports=verbs t
+	transports=verbs
 	[ "$iwarp" = 1 ] && transports="verbs tcp"
 	for t in $transports; do
 		log=/tmp/check-rxe-rsocket-$t.log
