@@ -21,9 +21,11 @@
  *
  * The address rule: any address the kernel routes to.  tcp comes last
  * in core's table, so it serves what shm and verbs do not.  The probe
- * says UNREACHED, always: the preload shim asks it whether to take a
- * connect from kernel TCP, and a host across the network is the
- * kernel's (a plain TCP server there would read an MPA Request).
+ * says UNREACHED unless FERRY_TRANSPORT=tcp: the preload shim asks it
+ * whether to take a connect from kernel TCP, and a host across the
+ * network is the kernel's (a plain TCP server there would read an MPA
+ * Request).  Forced, it says MAYBE for any address the kernel routes to:
+ * the shim then tries ferry first, and falls back to TCP if that fails.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -226,7 +228,14 @@ bool tcp_cm_reaches(const struct sockaddr *dst)
 
 static enum ferry_cm_probe tcm_probe(const struct sockaddr *dst)
 {
-	return FERRY_CM_PROBE_UNREACHED;	/* the shim keeps remote hosts on TCP */
+	const struct cm_transport *forced;
+
+	/* Unasked, the shim keeps remote hosts on kernel TCP (it is faster);
+	 * FERRY_TRANSPORT=tcp asks for us wherever the kernel routes. */
+	if (cm_transport_forced(&forced) == 0 && forced == &cm_tcp_transport &&
+	    tcp_cm_reaches(dst))
+		return FERRY_CM_PROBE_MAYBE;
+	return FERRY_CM_PROBE_UNREACHED;
 }
 
 /*

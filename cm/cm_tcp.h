@@ -41,6 +41,9 @@ struct tcm_id {
 	/* The listener's port is held by the shm transport's TCP socket,
 	 * which hands us the TCP clients it accepts (cm_tcp_take). */
 	bool port_via_shm;
+	/* The caller's socket holds it (the shim, with tcp forced), which
+	 * offers us the clients it accepts (ferry_cm_offer_tcp). */
+	bool port_via_caller;
 	struct event *ev;		/* fd's readiness, with the phase's deadline */
 	struct event *down_ev;		/* the QP went to ERR (made active by the hook) */
 	struct ferry_qp *qp;		/* whose hook is set (the id's QP at attach) */

@@ -8,7 +8,10 @@
  * first, by core's table) its kernel TCP socket holds the port and
  * listens; it turns TCP clients away unless we take them (cm_tcp_take):
  * one socket, one port, both transports.  Alone (FERRY_TRANSPORT=tcp),
- * ours binds and listens.
+ * ours binds and listens -- unless the caller holds the port (the shim,
+ * ferry_cm_hold_port): then the program's own socket listens, and the
+ * shim offers us each client it accepts (ferry_cm_offer_tcp), which we
+ * take when its first bytes are an MPA Request.
  *
  * A connection that sends anything but a valid Request in time, or
  * closes, is dropped with a line at info; the listener carries on.
@@ -20,6 +23,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -56,16 +60,25 @@ static int tcm_bind_socket(struct cm_id_priv *id)
 	return cm_port_reserve((struct sockaddr *)&id->id.route.addr.src_addr);
 }
 
+/* Is tcp the transport FERRY_TRANSPORT forces? */
+static bool tcm_forced(void)
+{
+	const struct cm_transport *forced;
+
+	return cm_transport_forced(&forced) == 0 && forced == &cm_tcp_transport;
+}
+
 int tcm_bind(struct cm_id_priv *id)
 {
 	bool via_shm = *cm_tp_data(id, &cm_shm_transport) != NULL;
 	struct tcm_id *st;
 	int fd = -1;
 
-	/* A port the caller holds (the shim) stays the caller's, and TCP's. */
-	if (id->port_held)
+	/* A port the caller holds (the shim) stays the caller's, and TCP's,
+	 * unless tcp is forced: then its clients come through the caller. */
+	if (id->port_held && !tcm_forced())
 		return ERR(ENOTSUP);
-	if (!via_shm && (fd = tcm_bind_socket(id)) < 0)
+	if (!via_shm && !id->port_held && (fd = tcm_bind_socket(id)) < 0)
 		return -1;
 	st = tcm_state_new(id, fd);
 	if (!st) {
@@ -74,6 +87,7 @@ int tcm_bind(struct cm_id_priv *id)
 		return ERR(ENOMEM);
 	}
 	st->port_via_shm = via_shm;
+	st->port_via_caller = id->port_held;
 	st->phase = TCM_BOUND;
 	return 0;
 }
@@ -88,8 +102,8 @@ int tcm_listen(struct cm_id_priv *id, int backlog)
 		return ERR(EINVAL);
 	st->phase = TCM_LISTENING;
 	id->in_loop = true;
-	if (st->port_via_shm)
-		return 0;	/* shm's socket listens, and hands clients over */
+	if (st->port_via_shm || st->port_via_caller)
+		return 0;	/* another's socket listens, and hands clients over */
 	if (listen(st->fd, backlog > 0 ? backlog : SOMAXCONN) < 0) {
 		ferry_info("cm: tcp listen: %m");
 		return -1;
@@ -249,12 +263,83 @@ bool cm_tcp_take(struct cm_id_priv *listener, int fd)
 {
 	struct tcm_id *st = tcm_state(listener);
 
-	if (!st || st->phase != TCM_LISTENING || !st->port_via_shm)
+	if (!st || st->phase != TCM_LISTENING || !(st->port_via_shm || st->port_via_caller))
 		return false;
 	fd = tcm_take_fd(fd);
 	if (fd >= 0)
 		tcm_pending_new(st, fd);
 	return true;
+}
+
+/* --- clients the caller offers (ferry_cm_offer_tcp) --- */
+
+/* How long an offered client may take to send its first 16 bytes.  An
+ * MPA initiator sends its Request at once; a client of a protocol where
+ * the server speaks first costs the accept this long, once. */
+#define TCM_OFFER_WAIT_MS 500
+
+/* The key an MPA Request begins with (RFC 5044, 7.1). */
+static const char tcm_req_key[16] = "MPA ID Req Frame";
+
+/*
+ * Do @fd's first bytes begin an MPA Request?  Peeked, so nothing is
+ * consumed: a client that is not one stays whole for the caller.
+ */
+static bool tcm_offer_is_mpa(int fd)
+{
+	uint64_t end = monotime_ms() + TCM_OFFER_WAIT_MS, now;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char buf[sizeof(tcm_req_key)];
+	ssize_t n;
+
+	for (;;) {
+		n = recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			return false;	/* closed, or reset: the caller's to see */
+		if (n > 0 && memcmp(buf, tcm_req_key, (size_t)n) != 0)
+			return false;
+		if (n == (ssize_t)sizeof(buf))
+			return true;
+		now = monotime_ms();
+		if (now >= end)
+			return false;
+		/* A part of the key is in: wait for more (POLLIN stays up
+		 * while those bytes wait, so sleep a little instead). */
+		if (n > 0)
+			usleep(1000);
+		else
+			poll(&p, 1, (int)(end - now));
+	}
+}
+
+struct tcm_offer {
+	struct cm_id_priv *listener;
+	int fd;
+	bool taken;
+};
+
+/* CM thread: the listener takes the client if its tcp side serves it. */
+static int tcm_offer_op(void *arg)
+{
+	struct tcm_offer *o = arg;
+
+	o->taken = o->listener->state == CM_LISTEN && cm_tcp_take(o->listener, o->fd);
+	return 0;
+}
+
+int ferry_cm_offer_tcp(struct ferry_cm_id *listener, int fd)
+{
+	struct tcm_offer o = { listener ? to_cm_id(listener) : NULL, fd, false };
+
+	if (!listener || fd < 0)
+		return ERR(EINVAL);
+	if (!tcm_forced() || !o.listener->port_held)
+		return 0;	/* only a forced tcp serves a held port */
+	if (!tcm_offer_is_mpa(fd))
+		return 0;
+	if (cm_thread_call(tcm_offer_op, &o) < 0)
+		return -1;
+	return o.taken ? 1 : 0;
 }
 
 /* The backoff is over: the listener takes connections again. */

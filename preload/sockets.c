@@ -522,6 +522,22 @@ static bool fp_kernel_pending(int fd)
 	return fp_real.poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
 }
 
+/*
+ * A kernel client @nfd of listener @e: with FERRY_TRANSPORT=tcp, ferry's
+ * tcp transport takes it when it speaks MPA (sock_listen_offer), as its
+ * listener cannot have the port the program's socket holds.  True when
+ * taken: @nfd is no longer the program's.
+ */
+static bool fp_accept_offer(struct fp_fd *e, int nfd)
+{
+	int ret;
+
+	FP_ENTER();
+	ret = sock_listen_offer(e->ferry_fd, nfd);
+	FP_LEAVE();
+	return ret > 0;
+}
+
 static int fp_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
 	struct fp_fd *e = fp_get(fd);
@@ -549,6 +565,8 @@ static int fp_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 					fp_info("accept: ferry listener: %m");
 			} else if (e->nonblock || fp_kernel_pending(fd)) {
 				nfd = fp_real.accept4(fd, addr, len, flags);
+				if (nfd >= 0 && fp_accept_offer(e, nfd))
+					continue;	/* ferry's now: it comes through its queue */
 				if (nfd >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
 					return nfd;
 			}

@@ -333,6 +333,13 @@ int sock_listen_take(int fd)
 	return id ? ferry_cm_listen_take(id) : -1;
 }
 
+int sock_listen_offer(int fd, int tcp_fd)
+{
+	struct ferry_cm_id *id = sock_listen_id(fd);
+
+	return id ? ferry_cm_offer_tcp(id, tcp_fd) : -1;
+}
+
 int sock_listen_rendezvous(int fd)
 {
 	struct ferry_cm_id *id = sock_listen_id(fd);

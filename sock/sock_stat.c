@@ -255,6 +255,8 @@ static uint32_t sock_stat_transport_of(struct ferry_sock *s)
 		return SOCK_STAT_TP_SHM;
 	if (name && strcmp(name, "verbs") == 0)
 		return SOCK_STAT_TP_VERBS;
+	if (name && strcmp(name, "tcp") == 0)
+		return SOCK_STAT_TP_TCP;
 	return SOCK_STAT_TP_OTHER;
 }
 

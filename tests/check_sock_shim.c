@@ -17,7 +17,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <netinet/in.h>
@@ -248,6 +250,131 @@ START_TEST(test_shim_fork_mark)
 }
 END_TEST
 
+/* A kernel TCP listener on the test address; its port in *@port_p. */
+static int tss_kernel_listen(uint16_t *port_p)
+{
+	struct sockaddr_storage ss;
+	struct sockaddr_in sin;
+	socklen_t len = sizeof(sin);
+	int k = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1;
+
+	ck_assert_int_ge(k, 0);
+	ck_assert_int_eq(setsockopt(k, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)), 0);
+	cmt_addr(&ss, AF_INET, 0);
+	ck_assert_int_eq(bind(k, (struct sockaddr *)&ss, sizeof(sin)), 0);
+	ck_assert_int_eq(listen(k, 4), 0);
+	ck_assert_int_eq(getsockname(k, (struct sockaddr *)&sin, &len), 0);
+	*port_p = ntohs(sin.sin_port);
+	return k;
+}
+
+/* A plain TCP client of @port that has sent @len bytes of @msg. */
+static int tss_kernel_client(uint16_t port, const char *msg, size_t len)
+{
+	struct sockaddr_storage ss;
+	int p = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(p, 0);
+	cmt_addr(&ss, AF_INET, port);
+	ck_assert_int_eq(connect(p, (struct sockaddr *)&ss, sizeof(struct sockaddr_in)), 0);
+	ck_assert_int_eq(write(p, msg, len), (ssize_t)len);
+	return p;
+}
+
+/* @a's next @len bytes are @msg: an offer that let go read nothing. */
+static void tss_expect_unread(int a, const char *msg, size_t len)
+{
+	char buf[64];
+
+	ck_assert_uint_le(len, sizeof(buf));
+	ck_assert_int_eq(recv(a, buf, len, MSG_WAITALL), (ssize_t)len);
+	ck_assert_mem_eq(buf, msg, len);
+}
+
+/*
+ * FERRY_TRANSPORT=tcp: a ferry listener on a port the program's kernel
+ * socket holds (as the shim makes it) is offered what that socket
+ * accepts.  A plain client (an HTTP request) and one that stalls inside
+ * the MPA key stay the caller's, unread; a ferry client is taken and
+ * comes to the listener's queue, and carries data.
+ */
+START_TEST(test_shim_offer_tcp)
+{
+	static const char get[] = "GET / HTTP/1.0\r\n\r\n", stall[] = "MPA ID Req";
+	struct sockaddr_storage ss;
+	uint16_t port;
+	int k, l, p, a, c, b;
+	char buf[8];
+
+	setenv("FERRY_TRANSPORT", "tcp", 1);
+	k = tss_kernel_listen(&port);
+	l = ferry_socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	ck_assert_int_ge(l, 0);
+	cmt_addr(&ss, AF_INET, port);
+	ck_assert_int_eq(ferry_sock_bind(l, (struct sockaddr *)&ss, sizeof(struct sockaddr_in)), 0);
+	ck_assert_int_eq(sock_listen_adopt(l, 4, k, -1), 0);
+
+	p = tss_kernel_client(port, get, sizeof(get) - 1);
+	a = accept(k, NULL, NULL);
+	ck_assert_int_ge(a, 0);
+	ck_assert_int_eq(sock_listen_offer(l, a), 0);
+	tss_expect_unread(a, get, sizeof(get) - 1);
+	close(a);
+	close(p);
+
+	p = tss_kernel_client(port, stall, sizeof(stall) - 1);
+	a = accept(k, NULL, NULL);
+	ck_assert_int_ge(a, 0);
+	ck_assert_int_eq(sock_listen_offer(l, a), 0);	/* after the offer's wait */
+	tss_expect_unread(a, stall, sizeof(stall) - 1);
+	close(a);
+	close(p);
+
+	c = tss_connect(port);
+	a = accept(k, NULL, NULL);
+	ck_assert_int_ge(a, 0);
+	ck_assert_int_eq(sock_listen_offer(l, a), 1);
+	ck_assert(tss_wait_revents(l, POLLIN));
+	b = ferry_sock_accept(l, NULL, NULL);
+	ck_assert_int_ge(b, 0);
+	ck_assert(tss_wait_revents(c, POLLOUT));
+	ck_assert_int_eq(ferry_sock_fcntl(c, F_SETFL, 0), 0);
+	ck_assert_int_eq(ferry_sock_write(c, "ferry", 5), 5);
+	ck_assert_int_eq(ferry_sock_recv(b, buf, 5, MSG_WAITALL), 5);
+	ck_assert_mem_eq(buf, "ferry", 5);
+
+	ck_assert_int_eq(ferry_sock_close(c), 0);
+	ck_assert_int_eq(ferry_sock_close(b), 0);
+	ck_assert_int_eq(ferry_sock_close(l), 0);
+	close(k);
+	unsetenv("FERRY_TRANSPORT");
+}
+END_TEST
+
+/* Unforced, nothing is offered: the client stays the caller's at once. */
+START_TEST(test_shim_offer_unforced)
+{
+	static const char hello[] = "MPA ID Req Frame";
+	uint16_t port;
+	int k, l, p, a;
+
+	unsetenv("FERRY_TRANSPORT");
+	l = tss_listen(&port);
+	k = tss_kernel_listen(&port);
+	p = tss_kernel_client(port, hello, sizeof(hello) - 1);
+	a = accept(k, NULL, NULL);
+	ck_assert_int_ge(a, 0);
+	ck_assert_int_eq(sock_listen_offer(l, a), 0);
+	tss_expect_unread(a, hello, sizeof(hello) - 1);
+	errno = 0;
+	ck_assert_int_eq(sock_listen_offer(-1, a), -1);
+	close(a);
+	close(p);
+	close(k);
+	ck_assert_int_eq(ferry_sock_close(l), 0);
+}
+END_TEST
+
 Suite *sock_shim_suite(void)
 {
 	Suite *s = suite_create("sock_shim");
@@ -260,6 +387,8 @@ Suite *sock_shim_suite(void)
 	tcase_add_test(tc, test_shim_arm_spent_by_drain);
 	tcase_add_test(tc, test_shim_listener_ready);
 	tcase_add_test(tc, test_shim_fork_mark);
+	tcase_add_test(tc, test_shim_offer_tcp);
+	tcase_add_test(tc, test_shim_offer_unforced);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -195,6 +195,32 @@ START_TEST(test_reaching_tcp)
 }
 END_TEST
 
+/*
+ * FERRY_TRANSPORT=tcp makes the probe say MAYBE for a host across the
+ * network, so that the shim tries ferry's tcp there; an unroutable or
+ * multicast address stays the kernel's.
+ */
+START_TEST(test_probe_forced_tcp)
+{
+	struct sockaddr_storage far_ss;
+	const struct sockaddr *far = (const struct sockaddr *)&far_ss;
+
+	memcpy(&far_ss, ct_addr("192.0.2.1"), sizeof(far_ss));	/* TEST-NET-1 */
+	ct_env_set("tcp");
+	ck_assert_int_eq(ferry_cm_probe(ct_addr("224.0.0.1")), FERRY_CM_PROBE_REMOTE);
+	if (!tcp_cm_reaches(far)) {
+		ck_assert_int_eq(ferry_cm_probe(far), FERRY_CM_PROBE_REMOTE);
+		printf("SKIP test_probe_forced_tcp: no route to 192.0.2.1 here\n");
+		ct_env_set(NULL);
+		return;
+	}
+	ck_assert_int_eq(ferry_cm_probe(far), FERRY_CM_PROBE_MAYBE);
+	ct_env_set(NULL);
+	if (ferry_transport_reaching(far) == &ferry_transports[ferry_transports_count - 1])
+		ck_assert_int_eq(ferry_cm_probe(far), FERRY_CM_PROBE_REMOTE);
+}
+END_TEST
+
 /* FERRY_TRANSPORT forces the CM's choice whatever the address rule says. */
 START_TEST(test_cm_forced)
 {
@@ -238,6 +264,7 @@ Suite *transport_suite(void)
 	tcase_add_test(tc, test_reaching_local);
 	tcase_add_test(tc, test_reaching_remote);
 	tcase_add_test(tc, test_reaching_tcp);
+	tcase_add_test(tc, test_probe_forced_tcp);
 	tcase_add_test(tc, test_cm_forced);
 	suite_add_tcase(s, tc);
 	return s;

@@ -78,6 +78,7 @@ static const char *stat_transport_name(unsigned int tp)
 		[SOCK_STAT_TP_SHM] = "shm",
 		[SOCK_STAT_TP_VERBS] = "verbs",
 		[SOCK_STAT_TP_OTHER] = "other",
+		[SOCK_STAT_TP_TCP] = "tcp",
 	};
 
 	return names[tp];

@@ -68,6 +68,17 @@ int ferry_cm_listen_share(struct ferry_cm_id *id);
  */
 int ferry_cm_listen_take(struct ferry_cm_id *id);
 /*
+ * ferry_cm_offer_tcp - @fd, a TCP client the caller's own socket accepted
+ * on the port listener @listener holds (ferry_cm_hold_port), for the tcp
+ * transport when FERRY_TRANSPORT=tcp forces it: its first bytes are
+ * peeked (at most half a second's wait) and an MPA Request is taken: 1,
+ * @fd is the CM's now (closed or kept), the connection comes as
+ * CONNECT_REQUEST.  0: not taken, @fd is still the caller's, unread (not
+ * forced, not MPA, no tcp behind @listener).  -1 with errno.  Any thread
+ * but the CM's.
+ */
+int ferry_cm_offer_tcp(struct ferry_cm_id *listener, int fd);
+/*
  * ferry_cm_progress - take the next step of @id's connect, accept or
  * listen in the caller's thread when what it waits for has come (the
  * listener's answer, the peer's side of the QP exchange, connections at

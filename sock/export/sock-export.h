@@ -108,6 +108,14 @@ int sock_listen_share(int fd);
 int sock_listen_take(int fd);
 int sock_listen_rendezvous(int fd);
 /*
+ * sock_listen_offer - @tcp_fd, a client the program's TCP socket accepted
+ * on the port listener @fd holds, for the listener's tcp transport (only
+ * when FERRY_TRANSPORT=tcp forces it; ferry_cm_offer_tcp): 1, taken (no
+ * longer the caller's) and coming to @fd's accept queue; 0, the caller's
+ * still, unread; -1 with errno.
+ */
+int sock_listen_offer(int fd, int tcp_fd);
+/*
  * sock_connect_bound - a connect of socket @fd (not yet connecting) gives
  * up after @ms without the listener's answer (ETIMEDOUT), rather than the
  * CM's long default.  For the shim, which falls back to TCP then.

@@ -75,6 +75,7 @@ enum sock_stat_transport {
 	SOCK_STAT_TP_SHM,
 	SOCK_STAT_TP_VERBS,
 	SOCK_STAT_TP_OTHER,
+	SOCK_STAT_TP_TCP,	/* ferry's user-space iWARP (appended: rows keep their values) */
 	SOCK_STAT_NTRANSPORTS
 };
 

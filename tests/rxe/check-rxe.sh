@@ -26,7 +26,8 @@
 # interop: ferry-ping against rdma-core's rping, both directions, -V
 #          (tests/rxe/interop-rping.sh).
 # rsocket: ferry's stream sockets against librdmacm's rsocket, both
-#          directions, RXE_RSOCK_BYTES each way (tests/rxe/interop-rsocket.sh).
+#          directions, RXE_RSOCK_BYTES each way (tests/rxe/interop-rsocket.sh):
+#          ferry over verbs; on siw also over ferry's tcp transport.
 # pingpong: ferry's rc_pingpong / uc_pingpong against ibv_rc_pingpong /
 #          ibv_uc_pingpong, both directions (tests/rxe/interop-pingpong.sh),
 #          srq_pingpong against ibv_srq_pingpong (interop-srq-pingpong.sh),
@@ -141,15 +142,21 @@ stage_interop() {
 	esac
 }
 
-# ferry stream sockets and librdmacm's rsocket, each as server of the other.
+# ferry stream sockets and librdmacm's rsocket, each as server of the other:
+# ferry over the device (verbs), and on iWARP also over its own tcp
+# transport against rsocket on siw0.
 stage_rsocket() {
-	log=/tmp/check-rxe-rsocket.log
-	RXE_ADDR=$ip timeout 600 "$srcdir/tests/rxe/interop-rsocket.sh" > "$log" 2>&1
-	case $? in
-	0) pass "rsocket: $(tail -n 1 "$log")" ;;
-	77) skip "rsocket: $(tail -n 1 "$log")" ;;
-	*) fail "rsocket: ferry sockets <-> rsocket"; tail -n 30 "$log" ;;
-	esac
+	transports=verbs
+	[ "$iwarp" = 1 ] && transports="verbs tcp"
+	for t in $transports; do
+		log=/tmp/check-rxe-rsocket-$t.log
+		RXE_ADDR=$ip timeout 600 "$srcdir/tests/rxe/interop-rsocket.sh" "$t" > "$log" 2>&1
+		case $? in
+		0) pass "rsocket ($t): $(tail -n 1 "$log")" ;;
+		77) skip "rsocket ($t): $(tail -n 1 "$log")" ;;
+		*) fail "rsocket ($t): ferry sockets <-> rsocket"; tail -n 30 "$log" ;;
+		esac
+	done
 }
 
 # ferry's ping-pong examples and rdma-core's, each as server of the other;
