@@ -26,15 +26,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A port no other run of this test picks at the same time.
-port=$(( 20000 + ($$ % 20000) ))
+# Each pair on a port no socket here uses (not an ephemeral one).
+# shellcheck source=tests/port-lib.sh
+. "$(dirname "$0")/port-lib.sh"
 
 # pair NAME PROG OPTS...: server and client of PROG with OPTS, bounded by
 # timeout(1) (a hang fails, it does not stall make check).
 pair() {
 	local name=$1 bin=$2 srv cli
 	shift 2
-	port=$((port + 1))
+	port=$(pick_port)
 	timeout 120 "$bin" -p "$port" "$@" >"$tmp/$name.srv" 2>&1 &
 	srv=$!
 	pids+=("$srv")

@@ -31,15 +31,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A port no other run of this test picks at the same time.
-port=$(( 40000 + ($$ % 20000) ))
+# Each pair on a port no socket here uses (not an ephemeral one).
+# shellcheck source=tests/port-lib.sh
+. "$(dirname "$0")/port-lib.sh"
 
 # pair NAME ITERS OPTS...: server and client with OPTS, bounded by
 # timeout(1) (a hang fails, it does not stall make check).
 pair() {
 	local name=$1 iters=$2 srv cli
 	shift 2
-	port=$((port + 1))
+	port=$(pick_port)
 	timeout 120 ./examples/srq_pingpong -p "$port" -n "$iters" "$@" >"$tmp/$name.srv" 2>&1 &
 	srv=$!
 	pids+=("$srv")

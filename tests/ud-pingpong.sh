@@ -17,8 +17,9 @@ failed=0
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# A port per run, so that two runs of the suite do not meet.
-port=$(( 20000 + $$ % 20000 ))
+# Each pair on a port no socket here uses (not an ephemeral one).
+# shellcheck source=tests/port-lib.sh
+. "$(dirname "$0")/port-lib.sh"
 
 # listening PORT PID: wait (30 s at most) until PID listens on TCP PORT --
 # slow to start in the emulated VM -- or has exited.
@@ -42,7 +43,7 @@ pair() {
 	while [ "$1" != -- ]; do scmd+=("$1"); shift; done
 	shift
 	ccmd=("$@")
-	port=$((port + 1))
+	port=$(pick_port)
 	timeout 120 "${scmd[@]}" -p "$port" > "$tmp/$name.s" 2>&1 &
 	spid=$!
 	listening "$port" "$spid"
