@@ -7,7 +7,11 @@
  *
  *   herd --local [-c CLIENTS (2)] [-w WINDOW (4)] [-n REQUESTS per client
  *        (200000)] [-t TRANSPORT (FERRY_TRANSPORT, else shm)] [-g GID_INDEX]
- *        [-k ferry|tcp|both]
+ *        [-k ferry|tcp|both] [--hostile]
+ *
+ * --hostile: one request in HERD_HOSTILE_EVERY is malformed (no such op,
+ * or a PUT of 200 bytes into 32-byte values); the server must answer it
+ * HERD_ST_BAD and leave the table as it was, which the GETs after check.
  *
  * HERD's design, as here:
  *  - Requests go by WRITE over UC into the server's memory: a 64-byte slot
@@ -752,12 +756,13 @@ static void herd_usage(void)
 {
 	fprintf(stderr, "usage: herd --local [-c clients (2, at most %d)] [-w window (4, at "
 		"most %d)] [-n requests per client] [-t transport] [-g gid_index] "
-		"[-k ferry|tcp|both]\n", HERD_CLIENTS_MAX, HERD_WINDOW_MAX);
+		"[-k ferry|tcp|both] [--hostile]\n", HERD_CLIENTS_MAX, HERD_WINDOW_MAX);
 }
 
 static int herd_args(int argc, char **argv, struct herd_opts *o, const char **kind_p)
 {
 	static const struct option longs[] = { { "local", no_argument, NULL, 'L' },
+					       { "hostile", no_argument, NULL, 'H' },
 					       { "help", no_argument, NULL, 'h' },
 					       { NULL, 0, NULL, 0 } };
 	int ch;
@@ -770,6 +775,7 @@ static int herd_args(int argc, char **argv, struct herd_opts *o, const char **ki
 	while ((ch = getopt_long(argc, argv, "c:w:n:t:g:k:", longs, NULL)) != -1) {
 		switch (ch) {
 		case 'L': o->local = true; break;
+		case 'H': o->hostile = true; break;
 		case 'c': o->clients = atoi(optarg); break;
 		case 'w': o->window = atoi(optarg); break;
 		case 'n': o->iters = atol(optarg); break;

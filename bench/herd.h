@@ -17,6 +17,7 @@
 #define HERD_CLIENTS_MAX	8
 #define HERD_KEYS_PER_CLIENT	4096	/* each client owns a range: its model is exact */
 #define HERD_TABLE_BUCKETS	65536	/* open addressing, at most half full */
+#define HERD_HOSTILE_EVERY	100	/* --hostile: this often a request the server must refuse */
 
 enum herd_op { HERD_OP_GET = 1, HERD_OP_PUT = 2 };
 enum herd_status { HERD_ST_OK = 0, HERD_ST_MISSING = 1, HERD_ST_BAD = 2, HERD_ST_FULL = 3 };
@@ -86,6 +87,7 @@ struct herd_pending {
 	double sent;			/* seconds (herd_now) of the first send */
 	double resent;			/* of the last (re)send */
 	bool busy;
+	bool hostile;			/* a malformed request: HERD_ST_BAD expected */
 };
 
 void herd_model_init(struct herd_model *m, int client, uint64_t seed);
@@ -116,6 +118,7 @@ struct herd_opts {
 	long iters;			/* requests per client */
 	const char *transport;
 	bool local;
+	bool hostile;			/* one request in HERD_HOSTILE_EVERY malformed */
 };
 
 /* A client's side of the run, whatever carries it. */
@@ -126,6 +129,7 @@ struct herd_client {
 	long issued;
 	int window;
 	long iters;
+	bool hostile;
 	struct herd_result *res;
 };
 

@@ -194,6 +194,17 @@ int herd_model_check(struct herd_model *m, struct herd_pending *p, const struct 
 {
 	uint32_t k = p->key_index;
 
+	if (p->hostile) {
+		/* The server must have refused it, and left the table alone
+		 * (the GETs after it check that). */
+		m->busy[k] = 0;
+		p->busy = false;
+		if (resp->status == HERD_ST_BAD)
+			return 0;
+		fprintf(stderr, "herd: a malformed request (op %u, %u bytes) got status %u\n",
+			p->req.op, p->req.vlen, resp->status);
+		return -1;
+	}
 	if (resp->status != HERD_ST_OK) {
 		fprintf(stderr, "herd: key %u: status %u\n", m->first_id + k, resp->status);
 		return -1;
@@ -301,6 +312,7 @@ int herd_client_init(struct herd_client *cl, const struct herd_opts *o, int clie
 	herd_model_init(cl->model, client, 0x4845524400000000ull);	/* "HERD": fixed */
 	cl->window = o->window;
 	cl->iters = o->iters;
+	cl->hostile = o->hostile;
 	cl->res = res;
 	return 0;
 }
@@ -325,6 +337,14 @@ struct herd_req *herd_client_issue(struct herd_client *cl, uint8_t slot)
 		return NULL;
 	cl->issued++;
 	herd_model_next(cl->model, p, slot, herd_client_seq_next(cl, slot));
+	p->hostile = cl->hostile && cl->issued % HERD_HOSTILE_EVERY == HERD_HOSTILE_EVERY / 2;
+	if (p->hostile && (cl->issued / HERD_HOSTILE_EVERY) % 2) {
+		p->req.op = HERD_OP_PUT;	/* a value longer than a bucket's */
+		p->req.vlen = 200;
+		memset(p->req.value, 0xee, HERD_VALUE_MAX);
+	} else if (p->hostile) {
+		p->req.op = 0x77;		/* no such operation */
+	}
 	p->sent = p->resent = herd_now();
 	return &p->req;
 }

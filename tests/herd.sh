@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# herd.sh - bench/herd (the HERD-style key-value server: requests WRITten
+# over UC, responses SENT over UD, beside the same server over TCP) in a
+# small run on this host: it exits nonzero on any wrong, lost or missing
+# response, and `timeout 120` turns a hang into a failure.  Then a run
+# with malformed requests mixed in (--hostile), which the server must
+# refuse without harm to its table.  HERD_TRANSPORT picks the transport
+# (default shm; verbs in the Soft-RoCE VM).
+set -u
+
+prog=herd.sh
+herd=./bench/herd
+
+skip() { echo "$prog: SKIP: $*"; exit 77; }
+[ -x "$herd" ] || skip "$herd is not built"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+export FERRY_TRANSPORT=${HERD_TRANSPORT:-shm}
+
+# run NAME ARGS...: both rows present, exit 0.
+run() {
+	local name=$1 rc
+	shift
+	timeout 120 "$herd" --local "$@" > "$tmp/out" 2>&1
+	rc=$?
+	if [ "$rc" != 0 ]; then
+		echo "$prog: FAIL: $name: exit $rc"
+		sed 's/^/  /' "$tmp/out"
+		failed=1
+		return
+	fi
+	if ! grep -q "^herd   uc-write " "$tmp/out" || ! grep -q "^herd   tcp-rr " "$tmp/out"; then
+		echo "$prog: FAIL: $name: a row is missing"
+		sed 's/^/  /' "$tmp/out"
+		failed=1
+		return
+	fi
+	echo "$prog: PASS: $name"
+	grep "^herd " "$tmp/out" | sed 's/^/  /'
+}
+
+run "20000 requests per client" -n 20000
+run "malformed requests refused" -n 5000 --hostile -w 8
+if "$herd" --local -w 17 > "$tmp/big" 2>&1; then
+	echo "$prog: FAIL: a window over the slots' 16 was taken"
+	failed=1
+fi
+exit $failed
