@@ -334,13 +334,17 @@ static void herd_server_close(struct herd_server *s)
 static int herd_server_join(struct herd_server *s, int c, int fd, const struct herd_opts *o)
 {
 	struct herd_oob_client peer;
-	struct herd_oob_server mine = {
-		.slots_addr = (uintptr_t)(s->slots + (size_t)c * (size_t)s->window),
-		.rkey = s->slots_mr->rkey, .uc_qpn = s->uc_qp[c]->qp_num,
-		.ud_qpn = s->ud_qp->qp_num, .psn = (uint32_t)c * 4096,
-		.lid = s->dev.lid, .gid = s->dev.gid,
-	};
+	struct herd_oob_server mine;
 	struct ferry_ah_attr aa;
+
+	memset(&mine, 0, sizeof(mine));	/* the padding goes out too */
+	mine.slots_addr = (uintptr_t)(s->slots + (size_t)c * (size_t)s->window);
+	mine.rkey = s->slots_mr->rkey;
+	mine.uc_qpn = s->uc_qp[c]->qp_num;
+	mine.ud_qpn = s->ud_qp->qp_num;
+	mine.psn = (uint32_t)c * 4096;
+	mine.lid = s->dev.lid;
+	mine.gid = s->dev.gid;
 
 	if (herd_oob_io(fd, &peer, sizeof(peer), false))
 		return -1;
@@ -541,9 +545,14 @@ static int herd_fc_post_recv(struct herd_ferry_client *f, uint64_t i)
 /* Receives posted before our address goes out: no response finds none. */
 static int herd_fc_join(struct herd_ferry_client *f, int fd, const struct herd_opts *o)
 {
-	struct herd_oob_client mine = { .uc_qpn = f->uc_qp->qp_num, .ud_qpn = f->ud_qp->qp_num,
-					.lid = f->dev.lid, .gid = f->dev.gid };
+	struct herd_oob_client mine;
 	uint64_t i;
+
+	memset(&mine, 0, sizeof(mine));	/* the padding goes out too */
+	mine.uc_qpn = f->uc_qp->qp_num;
+	mine.ud_qpn = f->ud_qp->qp_num;
+	mine.lid = f->dev.lid;
+	mine.gid = f->dev.gid;
 
 	for (i = 0; i < 2 * (uint64_t)o->window; i++)
 		if (herd_fc_post_recv(f, i))
