@@ -39,7 +39,12 @@
  * HERD_RESEND_S is written again with a new sequence byte (counted:
  * "rexmit"; the requests are idempotent); on shm nothing is lost.  With
  * more processes spinning than cores, a poller that found nothing
- * HERD_IDLE_SPINS times yields its CPU.
+ * HERD_IDLE_SPINS times yields its CPU.  On shm a UD SEND is a datagram
+ * on an AF_UNIX socket (docs/wire.md, section 5): each response costs a
+ * sendmsg and a recvmsg, as TCP's cost a send and a recv, while a
+ * request is plain stores into the mapped slot -- HERD's point, that the
+ * server's inbound side costs no work, holds; its outbound side does not
+ * get cheaper than a socket's here.
  *
  * The TCP row (bench/herd_tcp.c) runs the same table code behind poll(2)
  * over one loopback connection per client, the same 64-byte requests and
@@ -69,7 +74,7 @@
 #define HERD_RECV_STRIDE 128		/* a client's receive buffer: GRH + response */
 #define HERD_RESEND_S	0.5
 #define HERD_STALL_S	20.0		/* nothing answered for this long: give up */
-#define HERD_IDLE_SPINS	64
+#define HERD_IDLE_SPINS	1		/* empty polls before a yield: see herd_idle */
 
 /* What each side tells the other over its socketpair. */
 struct herd_oob_client {
@@ -233,7 +238,13 @@ static int herd_oob_io(int fd, void *buf, size_t len, bool out)
 	return 0;
 }
 
-/* Spin, then yield: more pollers than cores must still take turns. */
+/*
+ * Spin, then yield: more pollers than cores must still take turns.  On the
+ * loaded 2-core host one empty poll before the yield did best (1 client:
+ * 0.22 Mreq/s at 1, 0.14 at 8, 0.03 at 256): a client's empty poll is
+ * already a recvmsg on shm (UD is a datagram socket there), and the CPU
+ * it gives up is the one the server needs to answer it.
+ */
 static void herd_idle(unsigned int *idle)
 {
 	if (++*idle >= HERD_IDLE_SPINS) {
