@@ -64,40 +64,11 @@
 
 #include <ferry/verbs.h>
 
-#include "herd.h"
+#include "herd-ferry.h"
 
-#define HERD_QKEY	0x48455244u	/* "HERD" */
-#define HERD_UD_DEPTH	128		/* the server's UD send queue */
-#define HERD_UD_SIGNAL	32		/* one response in this many is signalled */
-#define HERD_UC_DEPTH	64		/* a client's UC send queue */
-#define HERD_UC_SIGNAL	16
-#define HERD_RECV_STRIDE 128		/* a client's receive buffer: GRH + response */
-#define HERD_RESEND_S	0.5
-#define HERD_STALL_S	20.0		/* nothing answered for this long: give up */
-#define HERD_IDLE_SPINS	1		/* empty polls before a yield: see herd_idle */
+/* --- the device and its queue pairs --- */
 
-/* What each side tells the other over its socketpair. */
-struct herd_oob_client {
-	uint32_t uc_qpn, ud_qpn;
-	uint16_t lid;
-	union ferry_gid gid;
-};
-struct herd_oob_server {
-	uint64_t slots_addr;		/* this client's window of slots */
-	uint32_t rkey, uc_qpn, ud_qpn, psn;
-	uint16_t lid;
-	union ferry_gid gid;
-};
-
-/* One device with what both sides open on it. */
-struct herd_dev {
-	struct ferry_context *ctx;
-	struct ferry_pd *pd;
-	uint16_t lid;
-	union ferry_gid gid;
-};
-
-static int herd_dev_open(struct herd_dev *d, const struct herd_opts *o)
+int herd_dev_open(struct herd_dev *d, const struct herd_opts *o)
 {
 	struct ferry_port_attr pa;
 
@@ -121,7 +92,7 @@ static int herd_dev_open(struct herd_dev *d, const struct herd_opts *o)
 	return 0;
 }
 
-static void herd_dev_close(struct herd_dev *d)
+void herd_dev_close(struct herd_dev *d)
 {
 	if (d->pd)
 		ferry_dealloc_pd(d->pd);
@@ -129,9 +100,8 @@ static void herd_dev_close(struct herd_dev *d)
 		ferry_close_device(d->ctx);
 }
 
-/* The address of a peer: with a GRH when it sent a GID (RoCE needs one). */
-static struct ferry_ah_attr herd_ah_attr(uint16_t lid, const union ferry_gid *gid,
-					 const struct herd_opts *o)
+struct ferry_ah_attr herd_ah_attr(uint16_t lid, const union ferry_gid *gid,
+				  const struct herd_opts *o)
 {
 	struct ferry_ah_attr a = { .dlid = lid, .port_num = 1 };
 
@@ -144,9 +114,9 @@ static struct ferry_ah_attr herd_ah_attr(uint16_t lid, const union ferry_gid *gi
 	return a;
 }
 
-static struct ferry_qp *herd_qp_create(struct herd_dev *d, enum ferry_qp_type type,
-				       struct ferry_cq *scq, struct ferry_cq *rcq,
-				       int send_depth, int recv_depth, uint32_t *inline_p)
+struct ferry_qp *herd_qp_create(struct herd_dev *d, enum ferry_qp_type type,
+				struct ferry_cq *scq, struct ferry_cq *rcq,
+				int send_depth, int recv_depth, uint32_t *inline_p)
 {
 	struct ferry_qp_init_attr ia = { .qp_type = type, .send_cq = scq, .recv_cq = rcq,
 					 .cap = { .max_send_wr = (uint32_t)send_depth,
@@ -167,7 +137,7 @@ static struct ferry_qp *herd_qp_create(struct herd_dev *d, enum ferry_qp_type ty
 }
 
 /* A UD QP to RTS (the client's only receives on it; RTS does no harm). */
-static int herd_ud_ready(struct ferry_qp *qp, uint32_t psn)
+int herd_ud_ready(struct ferry_qp *qp, uint32_t psn)
 {
 	struct ferry_qp_attr a = { .qp_state = FERRY_QPS_INIT, .port_num = 1,
 				   .qkey = HERD_QKEY };
@@ -190,8 +160,8 @@ err_say:
 }
 
 /* A UC QP joined to (lid, qpn): INIT, RTR, and RTS when it sends. */
-static int herd_uc_join(struct ferry_qp *qp, uint16_t lid, const union ferry_gid *gid,
-			uint32_t qpn, uint32_t psn, bool sends, const struct herd_opts *o)
+int herd_uc_join(struct ferry_qp *qp, uint16_t lid, const union ferry_gid *gid,
+		 uint32_t qpn, uint32_t psn, bool sends, const struct herd_opts *o)
 {
 	struct ferry_qp_attr a = { .qp_state = FERRY_QPS_INIT, .port_num = 1,
 				   .qp_access_flags = FERRY_ACCESS_REMOTE_WRITE };
@@ -219,7 +189,7 @@ err_say:
 }
 
 /* Exactly @len bytes over a socketpair, either way. */
-static int herd_oob_io(int fd, void *buf, size_t len, bool out)
+int herd_oob_io(int fd, void *buf, size_t len, bool out)
 {
 	uint8_t *p = buf;
 
@@ -245,477 +215,12 @@ static int herd_oob_io(int fd, void *buf, size_t len, bool out)
  * already a recvmsg on shm (UD is a datagram socket there), and the CPU
  * it gives up is the one the server needs to answer it.
  */
-static void herd_idle(unsigned int *idle)
+void herd_idle(unsigned int *idle)
 {
 	if (++*idle >= HERD_IDLE_SPINS) {
 		*idle = 0;
 		sched_yield();
 	}
-}
-
-/* --- the server --- */
-
-struct herd_server {
-	struct herd_dev dev;
-	struct ferry_cq *uc_cq;		/* the UC QPs': nothing completes on it */
-	struct ferry_cq *ud_cq;		/* the UD QP's signalled sends */
-	struct ferry_qp *ud_qp;
-	struct ferry_qp *uc_qp[HERD_CLIENTS_MAX];
-	struct ferry_ah *ah[HERD_CLIENTS_MAX];
-	uint32_t client_ud_qpn[HERD_CLIENTS_MAX];
-	struct herd_req *slots;		/* clients x window, ferry_alloc'd: peers map it */
-	struct ferry_mr *slots_mr;
-	struct herd_resp *resp;		/* HERD_UD_DEPTH, one per send in flight */
-	struct ferry_mr *resp_mr;
-	uint8_t last_seq[HERD_CLIENTS_MAX][HERD_WINDOW_MAX];
-	uint64_t sent, reaped;		/* responses posted; known completed */
-	uint32_t inline_max;
-	struct herd_table table;
-	int nclients, window;
-};
-
-static int herd_server_open(struct herd_server *s, const struct herd_opts *o)
-{
-	size_t slots_len = sizeof(struct herd_req) * (size_t)o->clients * (size_t)o->window;
-	int c;
-
-	s->nclients = o->clients;
-	s->window = o->window;
-	if (herd_table_init(&s->table, o->clients) || herd_dev_open(&s->dev, o))
-		return -1;
-	s->slots = ferry_alloc(slots_len);
-	s->resp = ferry_alloc(sizeof(struct herd_resp) * HERD_UD_DEPTH);
-	s->uc_cq = ferry_create_cq(s->dev.ctx, 4, NULL, NULL, 0);
-	s->ud_cq = ferry_create_cq(s->dev.ctx, HERD_UD_DEPTH, NULL, NULL, 0);
-	if (!s->slots || !s->resp || !s->uc_cq || !s->ud_cq) {
-		perror("herd: server memory or CQs");
-		return -1;
-	}
-	memset(s->slots, 0, slots_len);
-	s->slots_mr = ferry_reg_mr(s->dev.pd, s->slots, slots_len,
-				   FERRY_ACCESS_LOCAL_WRITE | FERRY_ACCESS_REMOTE_WRITE);
-	s->resp_mr = ferry_reg_mr(s->dev.pd, s->resp, sizeof(struct herd_resp) * HERD_UD_DEPTH,
-				  FERRY_ACCESS_LOCAL_WRITE);
-	if (!s->slots_mr || !s->resp_mr) {
-		perror("herd: register the slots");
-		return -1;
-	}
-	s->ud_qp = herd_qp_create(&s->dev, FERRY_QPT_UD, s->ud_cq, s->ud_cq, HERD_UD_DEPTH, 1,
-				  &s->inline_max);
-	if (!s->ud_qp || herd_ud_ready(s->ud_qp, 0))
-		return -1;
-	for (c = 0; c < o->clients; c++) {
-		uint32_t unused;
-
-		s->uc_qp[c] = herd_qp_create(&s->dev, FERRY_QPT_UC, s->uc_cq, s->uc_cq, 1, 1,
-					     &unused);
-		if (!s->uc_qp[c])
-			return -1;
-	}
-	return 0;
-}
-
-static void herd_server_close(struct herd_server *s)
-{
-	int c;
-
-	for (c = 0; c < s->nclients; c++) {
-		if (s->ah[c])
-			ferry_destroy_ah(s->ah[c]);
-		if (s->uc_qp[c])
-			ferry_destroy_qp(s->uc_qp[c]);
-	}
-	if (s->ud_qp)
-		ferry_destroy_qp(s->ud_qp);
-	if (s->slots_mr)
-		ferry_dereg_mr(s->slots_mr);
-	if (s->resp_mr)
-		ferry_dereg_mr(s->resp_mr);
-	if (s->ud_cq)
-		ferry_destroy_cq(s->ud_cq);
-	if (s->uc_cq)
-		ferry_destroy_cq(s->uc_cq);
-	ferry_free(s->slots);
-	ferry_free(s->resp);
-	herd_dev_close(&s->dev);
-	herd_table_fini(&s->table);
-}
-
-/* Client @c's half of the exchange: its UC QP joined, its AH made, then ours sent. */
-static int herd_server_join(struct herd_server *s, int c, int fd, const struct herd_opts *o)
-{
-	struct herd_oob_client peer;
-	struct herd_oob_server mine;
-	struct ferry_ah_attr aa;
-
-	memset(&mine, 0, sizeof(mine));	/* the padding goes out too */
-	mine.slots_addr = (uintptr_t)(s->slots + (size_t)c * (size_t)s->window);
-	mine.rkey = s->slots_mr->rkey;
-	mine.uc_qpn = s->uc_qp[c]->qp_num;
-	mine.ud_qpn = s->ud_qp->qp_num;
-	mine.psn = (uint32_t)c * 4096;
-	mine.lid = s->dev.lid;
-	mine.gid = s->dev.gid;
-
-	if (herd_oob_io(fd, &peer, sizeof(peer), false))
-		return -1;
-	if (herd_uc_join(s->uc_qp[c], peer.lid, &peer.gid, peer.uc_qpn, mine.psn, false, o))
-		return -1;
-	aa = herd_ah_attr(peer.lid, &peer.gid, o);
-	s->ah[c] = ferry_create_ah(s->dev.pd, &aa);
-	if (!s->ah[c]) {
-		perror("herd: create AH");
-		return -1;
-	}
-	s->client_ud_qpn[c] = peer.ud_qpn;
-	return herd_oob_io(fd, &mine, sizeof(mine), true);
-}
-
-/* Wait for signalled sends until fewer than the queue's depth are in flight. */
-static int herd_server_reap(struct herd_server *s, bool must)
-{
-	struct ferry_wc wc[4];
-	unsigned int idle = 0;
-
-	do {
-		int n = ferry_poll_cq(s->ud_cq, 4, wc), i;
-
-		if (n < 0) {
-			perror("herd: poll the UD CQ");
-			return -1;
-		}
-		for (i = 0; i < n; i++) {
-			if (wc[i].status != FERRY_WC_SUCCESS) {
-				fprintf(stderr, "herd: a response: %s\n",
-					ferry_wc_status_str(wc[i].status));
-				return -1;
-			}
-			s->reaped = wc[i].wr_id + 1;	/* covers the unsignalled before it */
-		}
-		if (!n && must)
-			herd_idle(&idle);
-	} while (must && s->sent - s->reaped >= HERD_UD_DEPTH);
-	return 0;
-}
-
-static int herd_server_answer(struct herd_server *s, int c, const struct herd_req *req)
-{
-	struct herd_resp *r = &s->resp[s->sent % HERD_UD_DEPTH];
-	struct ferry_sge sge = { (uintptr_t)r, sizeof(*r), s->resp_mr->lkey };
-	struct ferry_send_wr wr = { .wr_id = s->sent, .sg_list = &sge, .num_sge = 1,
-				    .opcode = FERRY_WR_SEND }, *bad;
-
-	if (s->sent - s->reaped >= HERD_UD_DEPTH && herd_server_reap(s, true))
-		return -1;
-	herd_table_execute(&s->table, req, r);
-	if (s->sent % HERD_UD_SIGNAL == HERD_UD_SIGNAL - 1)
-		wr.send_flags |= FERRY_SEND_SIGNALED;
-	if (s->inline_max >= sizeof(*r))
-		wr.send_flags |= FERRY_SEND_INLINE;
-	wr.wr.ud.ah = s->ah[c];
-	wr.wr.ud.remote_qpn = s->client_ud_qpn[c];
-	wr.wr.ud.remote_qkey = HERD_QKEY;
-	if (ferry_post_send(s->ud_qp, &wr, &bad)) {
-		perror("herd: post a response");
-		return -1;
-	}
-	s->sent++;
-	return (wr.send_flags & FERRY_SEND_SIGNALED) ? herd_server_reap(s, false) : 0;
-}
-
-/* One pass over every slot: how many new requests it answered, or -1. */
-static int herd_server_pass(struct herd_server *s)
-{
-	int c, w, found = 0;
-
-	for (c = 0; c < s->nclients; c++) {
-		for (w = 0; w < s->window; w++) {
-			struct herd_req *slot = &s->slots[c * s->window + w], req;
-			uint8_t seq = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
-
-			if (seq == s->last_seq[c][w])
-				continue;
-			memcpy(&req, slot, sizeof(req));
-			req.seq = seq;
-			req.slot = (uint8_t)w;	/* the slot is where it landed, not what it says */
-			s->last_seq[c][w] = seq;
-			if (herd_server_answer(s, c, &req))
-				return -1;
-			found++;
-		}
-	}
-	return found;
-}
-
-static int herd_server_run(const struct herd_opts *o, struct herd_shared *sh, const int *fds)
-{
-	struct herd_server s = { 0 };
-	unsigned int idle = 0;
-	int c, ret = -1;
-
-	if (herd_server_open(&s, o))
-		goto out_close;
-	for (c = 0; c < o->clients; c++)
-		if (herd_server_join(&s, c, fds[c], o))
-			goto out_close;
-	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
-		int n = herd_server_pass(&s);
-
-		if (n < 0)
-			goto out_close;
-		if (!n)
-			herd_idle(&idle);
-	}
-	ret = 0;
-out_close:
-	herd_server_close(&s);
-	return ret;
-}
-
-/* --- a client --- */
-
-struct herd_ferry_client {
-	struct herd_dev dev;
-	struct ferry_cq *uc_cq, *ud_cq;
-	struct ferry_qp *uc_qp, *ud_qp;
-	struct herd_req *reqs;		/* window: the WRITEs' source */
-	struct ferry_mr *reqs_mr;
-	uint8_t *recv;			/* 2 x window receive buffers */
-	struct ferry_mr *recv_mr;
-	struct herd_oob_server srv;
-	uint64_t writes;		/* posted: one in HERD_UC_SIGNAL signalled */
-	uint64_t write_done;
-	uint32_t inline_max;
-	struct herd_client cl;
-};
-
-static int herd_fc_open(struct herd_ferry_client *f, const struct herd_opts *o)
-{
-	size_t recv_len = HERD_RECV_STRIDE * 2 * (size_t)o->window;
-	uint32_t unused;
-
-	if (herd_dev_open(&f->dev, o))
-		return -1;
-	f->reqs = ferry_alloc(sizeof(struct herd_req) * HERD_WINDOW_MAX);
-	f->recv = ferry_alloc(recv_len);
-	f->uc_cq = ferry_create_cq(f->dev.ctx, HERD_UC_DEPTH, NULL, NULL, 0);
-	f->ud_cq = ferry_create_cq(f->dev.ctx, 2 * o->window, NULL, NULL, 0);
-	if (!f->reqs || !f->recv || !f->uc_cq || !f->ud_cq) {
-		perror("herd: client memory or CQs");
-		return -1;
-	}
-	f->reqs_mr = ferry_reg_mr(f->dev.pd, f->reqs, sizeof(struct herd_req) * HERD_WINDOW_MAX,
-				  FERRY_ACCESS_LOCAL_WRITE);
-	f->recv_mr = ferry_reg_mr(f->dev.pd, f->recv, recv_len, FERRY_ACCESS_LOCAL_WRITE);
-	if (!f->reqs_mr || !f->recv_mr) {
-		perror("herd: register the client's buffers");
-		return -1;
-	}
-	f->uc_qp = herd_qp_create(&f->dev, FERRY_QPT_UC, f->uc_cq, f->uc_cq, HERD_UC_DEPTH, 1,
-				  &f->inline_max);
-	f->ud_qp = f->uc_qp ? herd_qp_create(&f->dev, FERRY_QPT_UD, f->ud_cq, f->ud_cq, 1,
-					     2 * o->window, &unused) : NULL;
-	if (!f->ud_qp)
-		return -1;
-	return herd_ud_ready(f->ud_qp, 0);
-}
-
-static void herd_fc_close(struct herd_ferry_client *f)
-{
-	if (f->ud_qp)
-		ferry_destroy_qp(f->ud_qp);
-	if (f->uc_qp)
-		ferry_destroy_qp(f->uc_qp);
-	if (f->reqs_mr)
-		ferry_dereg_mr(f->reqs_mr);
-	if (f->recv_mr)
-		ferry_dereg_mr(f->recv_mr);
-	if (f->ud_cq)
-		ferry_destroy_cq(f->ud_cq);
-	if (f->uc_cq)
-		ferry_destroy_cq(f->uc_cq);
-	ferry_free(f->reqs);
-	ferry_free(f->recv);
-	herd_dev_close(&f->dev);
-	herd_client_fini(&f->cl);
-}
-
-static int herd_fc_post_recv(struct herd_ferry_client *f, uint64_t i)
-{
-	struct ferry_sge sge = { (uintptr_t)(f->recv + i * HERD_RECV_STRIDE),
-				 FERRY_GRH_BYTES + sizeof(struct herd_resp), f->recv_mr->lkey };
-	struct ferry_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *bad;
-
-	if (ferry_post_recv(f->ud_qp, &wr, &bad)) {
-		perror("herd: post a receive");
-		return -1;
-	}
-	return 0;
-}
-
-/* Receives posted before our address goes out: no response finds none. */
-static int herd_fc_join(struct herd_ferry_client *f, int fd, const struct herd_opts *o)
-{
-	struct herd_oob_client mine;
-	uint64_t i;
-
-	memset(&mine, 0, sizeof(mine));	/* the padding goes out too */
-	mine.uc_qpn = f->uc_qp->qp_num;
-	mine.ud_qpn = f->ud_qp->qp_num;
-	mine.lid = f->dev.lid;
-	mine.gid = f->dev.gid;
-
-	for (i = 0; i < 2 * (uint64_t)o->window; i++)
-		if (herd_fc_post_recv(f, i))
-			return -1;
-	if (herd_oob_io(fd, &mine, sizeof(mine), true) ||
-	    herd_oob_io(fd, &f->srv, sizeof(f->srv), false))
-		return -1;
-	return herd_uc_join(f->uc_qp, f->srv.lid, &f->srv.gid, f->srv.uc_qpn, f->srv.psn, true, o);
-}
-
-/* Wait while the send queue is full; an error completion ends the run. */
-static int herd_fc_reap(struct herd_ferry_client *f)
-{
-	unsigned int idle = 0;
-
-	for (;;) {
-		struct ferry_wc wc[4];
-		int n = ferry_poll_cq(f->uc_cq, 4, wc), i;
-
-		if (n < 0) {
-			perror("herd: poll the UC CQ");
-			return -1;
-		}
-		for (i = 0; i < n; i++) {
-			if (wc[i].status != FERRY_WC_SUCCESS) {
-				fprintf(stderr, "herd: a request's WRITE: %s\n",
-					ferry_wc_status_str(wc[i].status));
-				return -1;
-			}
-			f->write_done = wc[i].wr_id + 1;
-		}
-		if (f->writes - f->write_done < HERD_UC_DEPTH)
-			return 0;
-		herd_idle(&idle);
-	}
-}
-
-/* WRITE slot @slot's request into the server's slot. */
-static int herd_fc_write(struct herd_ferry_client *f, uint8_t slot, const struct herd_req *req)
-{
-	struct herd_req *src = &f->reqs[slot];
-	struct ferry_sge sge = { (uintptr_t)src, sizeof(*src), f->reqs_mr->lkey };
-	struct ferry_send_wr wr = { .wr_id = f->writes, .sg_list = &sge, .num_sge = 1,
-				    .opcode = FERRY_WR_RDMA_WRITE }, *bad;
-
-	if (herd_fc_reap(f))
-		return -1;
-	*src = *req;
-	if (f->writes % HERD_UC_SIGNAL == HERD_UC_SIGNAL - 1)
-		wr.send_flags |= FERRY_SEND_SIGNALED;
-	if (f->inline_max >= sizeof(*src))
-		wr.send_flags |= FERRY_SEND_INLINE;
-	wr.wr.rdma.remote_addr = f->srv.slots_addr + (uint64_t)slot * sizeof(*src);
-	wr.wr.rdma.rkey = f->srv.rkey;
-	if (ferry_post_send(f->uc_qp, &wr, &bad)) {
-		perror("herd: post a WRITE");
-		return -1;
-	}
-	f->writes++;
-	return 0;
-}
-
-/* One response: checked from the GRH on, the next request into its slot. */
-static int herd_fc_on_recv(struct herd_ferry_client *f, const struct ferry_wc *wc)
-{
-	struct herd_resp resp;
-	struct herd_req *next;
-	int r;
-
-	if (wc->status != FERRY_WC_SUCCESS || wc->wr_id >= 2 * (uint64_t)f->cl.window ||
-	    wc->byte_len != FERRY_GRH_BYTES + sizeof(resp) || wc->src_qp != f->srv.ud_qpn) {
-		fprintf(stderr, "herd: a receive: %s, %u bytes from QP %#x\n",
-			ferry_wc_status_str(wc->status), wc->byte_len, wc->src_qp);
-		return -1;
-	}
-	memcpy(&resp, f->recv + wc->wr_id * HERD_RECV_STRIDE + FERRY_GRH_BYTES, sizeof(resp));
-	if (herd_fc_post_recv(f, wc->wr_id))
-		return -1;
-	r = herd_client_on_resp(&f->cl, &resp);
-	if (r)
-		return r < 0 ? -1 : 0;
-	next = herd_client_issue(&f->cl, resp.slot);
-	return next ? herd_fc_write(f, resp.slot, next) : 0;
-}
-
-/* Requests unanswered for HERD_RESEND_S go again; -1 after HERD_STALL_S of nothing. */
-static int herd_fc_resend(struct herd_ferry_client *f, double now, double last_answer)
-{
-	int w;
-
-	if (now - last_answer > HERD_STALL_S) {
-		fprintf(stderr, "herd: nothing answered for %.0f s: %llu of %ld done\n",
-			HERD_STALL_S, (unsigned long long)f->cl.res->done, f->cl.iters);
-		return -1;
-	}
-	for (w = 0; w < f->cl.window; w++) {
-		struct herd_pending *p = &f->cl.pend[w];
-
-		if (p->busy && now - p->resent > HERD_RESEND_S &&
-		    herd_fc_write(f, (uint8_t)w, herd_client_reissue(&f->cl, (uint8_t)w)))
-			return -1;
-	}
-	return 0;
-}
-
-static int herd_fc_loop(struct herd_ferry_client *f)
-{
-	double last_answer = herd_now();
-	unsigned int idle = 0, empty = 0;
-	struct herd_req *req;
-	int w;
-
-	f->cl.res->start = herd_now();
-	for (w = 0; w < f->cl.window && (req = herd_client_issue(&f->cl, (uint8_t)w)); w++)
-		if (herd_fc_write(f, (uint8_t)w, req))
-			return -1;
-	while (f->cl.res->done < (uint64_t)f->cl.iters) {
-		struct ferry_wc wc[HERD_WINDOW_MAX];
-		int n = ferry_poll_cq(f->ud_cq, HERD_WINDOW_MAX, wc), i;
-
-		if (n < 0) {
-			perror("herd: poll the UD CQ");
-			return -1;
-		}
-		for (i = 0; i < n; i++)
-			if (herd_fc_on_recv(f, &wc[i]))
-				return -1;
-		if (n) {
-			last_answer = herd_now();
-			empty = 0;
-			continue;
-		}
-		if (++empty % 1024 == 0 && herd_fc_resend(f, herd_now(), last_answer))
-			return -1;
-		herd_idle(&idle);
-	}
-	f->cl.res->end = herd_now();
-	return 0;
-}
-
-static int herd_client_run(const struct herd_opts *o, struct herd_shared *sh, int c, int fd)
-{
-	struct herd_ferry_client f = { 0 };
-	int ret = -1;
-
-	if (herd_client_init(&f.cl, o, c, &sh->res[c]) || herd_fc_open(&f, o) ||
-	    herd_fc_join(&f, fd, o))
-		goto out_close;
-	ret = herd_fc_loop(&f);
-out_close:
-	herd_fc_close(&f);
-	return ret;
 }
 
 /* --- the run --- */

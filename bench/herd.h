@@ -121,8 +121,8 @@ struct herd_opts {
 	bool hostile;			/* one request in HERD_HOSTILE_EVERY malformed */
 };
 
-/* A client's side of the run, whatever carries it. */
-struct herd_client {
+/* A client's window of requests, whatever carries them. */
+struct herd_window {
 	struct herd_model *model;
 	struct herd_pending pend[HERD_WINDOW_MAX];
 	uint8_t seq[HERD_WINDOW_MAX];	/* each slot's last seq */
@@ -133,15 +133,15 @@ struct herd_client {
 	struct herd_result *res;
 };
 
-int herd_client_init(struct herd_client *cl, const struct herd_opts *o, int client,
+int herd_window_init(struct herd_window *cl, const struct herd_opts *o, int client,
 		     struct herd_result *res);
-void herd_client_fini(struct herd_client *cl);
+void herd_window_fini(struct herd_window *cl);
 /* The next request into @slot (NULL when all are issued): send it. */
-struct herd_req *herd_client_issue(struct herd_client *cl, uint8_t slot);
+struct herd_req *herd_window_issue(struct herd_window *cl, uint8_t slot);
 /* The same request again, with a new seq (its last was lost, or its answer). */
-struct herd_req *herd_client_reissue(struct herd_client *cl, uint8_t slot);
+struct herd_req *herd_window_reissue(struct herd_window *cl, uint8_t slot);
 /* A response from the server (unchecked bytes): 0 answered, 1 stale, -1 wrong. */
-int herd_client_on_resp(struct herd_client *cl, const struct herd_resp *resp);
+int herd_window_on_resp(struct herd_window *cl, const struct herd_resp *resp);
 
 double herd_now(void);
 /* A shared block for a run of @o (results and latency arrays). */

@@ -300,7 +300,7 @@ int herd_report_row(struct herd_shared *sh, const struct herd_opts *o, const cha
 
 /* --- a client's window --- */
 
-int herd_client_init(struct herd_client *cl, const struct herd_opts *o, int client,
+int herd_window_init(struct herd_window *cl, const struct herd_opts *o, int client,
 		     struct herd_result *res)
 {
 	memset(cl, 0, sizeof(*cl));
@@ -317,26 +317,26 @@ int herd_client_init(struct herd_client *cl, const struct herd_opts *o, int clie
 	return 0;
 }
 
-void herd_client_fini(struct herd_client *cl)
+void herd_window_fini(struct herd_window *cl)
 {
 	free(cl->model);
 	cl->model = NULL;
 }
 
-static uint8_t herd_client_seq_next(struct herd_client *cl, uint8_t slot)
+static uint8_t herd_window_seq_next(struct herd_window *cl, uint8_t slot)
 {
 	cl->seq[slot] = (uint8_t)(cl->seq[slot] % 255 + 1);	/* 1..255: 0 is "never written" */
 	return cl->seq[slot];
 }
 
-struct herd_req *herd_client_issue(struct herd_client *cl, uint8_t slot)
+struct herd_req *herd_window_issue(struct herd_window *cl, uint8_t slot)
 {
 	struct herd_pending *p = &cl->pend[slot];
 
 	if (cl->issued >= cl->iters)
 		return NULL;
 	cl->issued++;
-	herd_model_next(cl->model, p, slot, herd_client_seq_next(cl, slot));
+	herd_model_next(cl->model, p, slot, herd_window_seq_next(cl, slot));
 	p->hostile = cl->hostile && cl->issued % HERD_HOSTILE_EVERY == HERD_HOSTILE_EVERY / 2;
 	if (p->hostile && (cl->issued / HERD_HOSTILE_EVERY) % 2) {
 		p->req.op = HERD_OP_PUT;	/* a value longer than a bucket's */
@@ -349,17 +349,17 @@ struct herd_req *herd_client_issue(struct herd_client *cl, uint8_t slot)
 	return &p->req;
 }
 
-struct herd_req *herd_client_reissue(struct herd_client *cl, uint8_t slot)
+struct herd_req *herd_window_reissue(struct herd_window *cl, uint8_t slot)
 {
 	struct herd_pending *p = &cl->pend[slot];
 
-	p->req.seq = herd_client_seq_next(cl, slot);
+	p->req.seq = herd_window_seq_next(cl, slot);
 	p->resent = herd_now();
 	cl->res->retransmits++;
 	return &p->req;
 }
 
-int herd_client_on_resp(struct herd_client *cl, const struct herd_resp *resp)
+int herd_window_on_resp(struct herd_window *cl, const struct herd_resp *resp)
 {
 	struct herd_pending *p;
 

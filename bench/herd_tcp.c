@@ -125,23 +125,23 @@ static int herd_tcp_server(int lfd, const struct herd_opts *o)
 	return 0;
 }
 
-static int herd_tcp_client_loop(int fd, struct herd_client *cl)
+static int herd_tcp_client_loop(int fd, struct herd_window *cl)
 {
 	struct herd_req *req;
 	struct herd_resp resp;
 	int w, r;
 
 	cl->res->start = herd_now();
-	for (w = 0; w < cl->window && (req = herd_client_issue(cl, (uint8_t)w)); w++)
+	for (w = 0; w < cl->window && (req = herd_window_issue(cl, (uint8_t)w)); w++)
 		if (herd_tcp_io(fd, req, sizeof(*req), true))
 			return -1;
 	while (cl->res->done < (uint64_t)cl->iters) {
 		if (herd_tcp_io(fd, &resp, sizeof(resp), false))
 			return -1;
-		r = herd_client_on_resp(cl, &resp);
+		r = herd_window_on_resp(cl, &resp);
 		if (r)	/* TCP neither loses nor repeats: a stale answer is wrong too */
 			return -1;
-		req = herd_client_issue(cl, resp.slot);
+		req = herd_window_issue(cl, resp.slot);
 		if (req && herd_tcp_io(fd, req, sizeof(*req), true))
 			return -1;
 	}
@@ -152,7 +152,7 @@ static int herd_tcp_client_loop(int fd, struct herd_client *cl)
 static int herd_tcp_client(const struct herd_opts *o, struct herd_shared *sh, int c,
 			   const struct sockaddr_in *sa)
 {
-	struct herd_client cl;
+	struct herd_window cl;
 	int fd = socket(AF_INET, SOCK_STREAM, 0), ret = -1;
 
 	if (fd < 0 || connect(fd, (const struct sockaddr *)sa, sizeof(*sa))) {
@@ -160,10 +160,10 @@ static int herd_tcp_client(const struct herd_opts *o, struct herd_shared *sh, in
 		goto out_close;
 	}
 	herd_tcp_nodelay(fd);
-	if (herd_client_init(&cl, o, c, &sh->res[c]))
+	if (herd_window_init(&cl, o, c, &sh->res[c]))
 		goto out_close;
 	ret = herd_tcp_client_loop(fd, &cl);
-	herd_client_fini(&cl);
+	herd_window_fini(&cl);
 out_close:
 	if (fd >= 0)
 		close(fd);
