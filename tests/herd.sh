@@ -5,7 +5,8 @@
 # response, and `timeout 120` turns a hang into a failure.  Then a run
 # with malformed requests mixed in (--hostile), which the server must
 # refuse without harm to its table.  HERD_TRANSPORT picks the transport
-# (default shm; verbs in the Soft-RoCE VM).
+# (default shm) and HERD_GID a GID index (RoCE needs one): in the
+# Soft-RoCE VM, HERD_TRANSPORT=verbs HERD_GID=1 (rxe0's RoCE v2 GID).
 set -u
 
 prog=herd.sh
@@ -18,12 +19,14 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failed=0
 export FERRY_TRANSPORT=${HERD_TRANSPORT:-shm}
+gid=()
+[ -n "${HERD_GID:-}" ] && gid=(-g "$HERD_GID")
 
 # run NAME ARGS...: both rows present, exit 0.
 run() {
 	local name=$1 rc
 	shift
-	timeout 120 "$herd" --local "$@" > "$tmp/out" 2>&1
+	timeout 120 "$herd" --local "${gid[@]}" "$@" > "$tmp/out" 2>&1
 	rc=$?
 	if [ "$rc" != 0 ]; then
 		echo "$prog: FAIL: $name: exit $rc"
