@@ -124,8 +124,17 @@ struct ferry_qp *herd_qp_create(struct herd_dev *d, enum ferry_qp_type type,
 						  .max_send_sge = 1, .max_recv_sge = 1 } };
 	struct ferry_qp_init_attr got;
 	struct ferry_qp_attr a;
-	struct ferry_qp *qp = ferry_create_qp(d->pd, &ia);
+	struct ferry_qp *qp;
 
+	/* Ask for a request's (or a response's) bytes inline: shm gives what
+	 * is asked for, no more; a device that has less refuses, and then the
+	 * QP is made without. */
+	ia.cap.max_inline_data = send_depth > 1 ? sizeof(struct herd_req) : 0;
+	qp = ferry_create_qp(d->pd, &ia);
+	if (!qp && ia.cap.max_inline_data) {
+		ia.cap.max_inline_data = 0;
+		qp = ferry_create_qp(d->pd, &ia);
+	}
 	if (!qp) {
 		perror("herd: create QP");
 		return NULL;
