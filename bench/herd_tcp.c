@@ -58,7 +58,8 @@ static void herd_tcp_nodelay(int fd)
 static int herd_tcp_serve(int fd, struct herd_tcp_conn *cn, struct herd_table *t, int window)
 {
 	uint8_t in[sizeof(struct herd_req) * HERD_WINDOW_MAX];
-	struct herd_resp out[HERD_WINDOW_MAX * 2];
+	struct herd_resp out[HERD_WINDOW_MAX + 1];	/* a partial one finishes first */
+	struct herd_req req;
 	size_t nout = 0, off = 0;
 	ssize_t n = recv(fd, in, sizeof(in), MSG_DONTWAIT);
 
@@ -77,8 +78,6 @@ static int herd_tcp_serve(int fd, struct herd_tcp_conn *cn, struct herd_table *t
 		if (cn->have < sizeof(cn->buf))
 			break;
 		cn->have = 0;
-		struct herd_req req;
-
 		memcpy(&req, cn->buf, sizeof(req));
 		herd_table_execute(t, &req, &out[nout]);
 		if (req.slot >= window)	/* a peer's slot number: not ours to trust */
