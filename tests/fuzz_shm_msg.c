@@ -44,6 +44,8 @@ static void fz_hello(const struct shm_msg *m, int nfds)
 	fz_assert(l.head_off < l.size && l.size <= SHM_ARENA_SEG_SIZE);
 	l = shm_region_layout(m->rq_size, stride, SHM_MAX_QP_WR, m->qp_num & 1);
 	fz_assert(l.head_off < l.size && l.size <= SHM_ARENA_SEG_SIZE);
+	l = shm_region_layout(SHM_MAX_QP_WR, stride, m->rq_size, m->qp_num & 1);
+	fz_assert(l.head_off % 64 == 0);	/* the head's alignment */
 }
 
 /* A REGION accepted against the layout @want, with @nfds descriptors. */

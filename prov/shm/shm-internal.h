@@ -1006,10 +1006,13 @@ static inline struct shm_region_layout shm_region_layout(uint32_t rq_size, size_
 							 uint32_t dq_size, bool bounce)
 {
 	size_t dq_bytes = (size_t)dq_size * sizeof(struct shm_delivery);
-	size_t lead = dq_bytes < SHM_REGION_DQ_LEAD ? dq_bytes : SHM_REGION_DQ_LEAD;
+	/* The head is a 64-byte aligned struct: a ring of one 32-byte slot
+	 * (a peer that posts at most one receive) still leads by 64. */
+	size_t dq_lead = (dq_bytes + 63) & ~(size_t)63;
+	size_t lead = dq_lead < SHM_REGION_DQ_LEAD ? dq_lead : SHM_REGION_DQ_LEAD;
 	struct shm_region_layout l;
 
-	l.head_off = ((dq_bytes - lead + SHM_REGION_PAGE - 1) & ~(size_t)(SHM_REGION_PAGE - 1)) +
+	l.head_off = ((dq_lead - lead + SHM_REGION_PAGE - 1) & ~(size_t)(SHM_REGION_PAGE - 1)) +
 		     lead;
 	l.size = l.head_off + shm_region_head_size() + (size_t)rq_size * rq_stride;
 	l.bounce_off = (l.size + SHM_REGION_PAGE - 1) & ~(size_t)(SHM_REGION_PAGE - 1);
