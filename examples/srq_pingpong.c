@@ -485,7 +485,9 @@ static int pp_loop(struct pp_ctx *ctx, const struct pp_opts *o, struct pp_run *r
 				return -1;
 			}
 		} while (!o->events && n < 1);
-		for (i = 0; i < n; i++)
+		/* Done at the last completion counted: a peer that is done too
+		 * may be gone, and shm flushes the receives still posted. */
+		for (i = 0; i < n && (r->rcnt < r->iters || r->scnt < r->iters); i++)
 			if (pp_on_wc(ctx, r, &ctx->wc[i]) < 0)
 				return -1;
 	}
