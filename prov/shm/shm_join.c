@@ -530,9 +530,16 @@ static void shm_join_run(const struct shm_join_poll *p, uint64_t now)
 	}
 }
 
+/*
+ * The thread's poll set lives here, not on its stack: a child of fork has
+ * no such thread but keeps the memory (and may start a thread of its own,
+ * which takes it over), and valgrind sees it reachable.
+ */
+static struct shm_join_poll shm_join_pollset;
+
 static void *shm_join_main(void *arg)
 {
-	struct shm_join_poll p = { 0 };
+	struct shm_join_poll *pp = &shm_join_pollset;
 	uint64_t now, next;
 	int timeout;
 
@@ -540,14 +547,14 @@ static void *shm_join_main(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&sj.lock);
 		now = shm_now_ns();
-		next = shm_join_poll_build(&p, now);
+		next = shm_join_poll_build(pp, now);
 		pthread_mutex_unlock(&sj.lock);
 		timeout = next == UINT64_MAX ? -1 :
 			  next <= now ? 0 : (int)((next - now + 999999) / 1000000);
-		if (poll(p.fds, p.n, timeout) < 0 && errno != EINTR)
+		if (poll(pp->fds, pp->n, timeout) < 0 && errno != EINTR)
 			ferry_warn("shm join: poll: %m");
 		pthread_mutex_lock(&sj.lock);
-		shm_join_run(&p, shm_now_ns());
+		shm_join_run(pp, shm_now_ns());
 		pthread_mutex_unlock(&sj.lock);
 	}
 	return NULL;
