@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -398,4 +399,87 @@ int pp_server_reply_n(int fd, const struct pp_dest *mine, int n)
 		return -1;
 	}
 	return pp_server_reply(fd, &mine[n - 1]);
+}
+
+/* --- what the examples share besides the exchange --- */
+
+long pp_number(const char *what, const char *text, long lo, long hi)
+{
+	char *end;
+	long v = strtol(text, &end, 0);
+
+	if (*text == '\0' || *end != '\0' || v < lo || v > hi) {
+		fprintf(stderr, "bad %s: %s\n", what, text);
+		return -1;
+	}
+	return v;
+}
+
+enum ferry_mtu pp_mtu_of(long mtu)
+{
+	switch (mtu) {
+	case 256: return FERRY_MTU_256;
+	case 512: return FERRY_MTU_512;
+	case 1024: return FERRY_MTU_1024;
+	case 2048: return FERRY_MTU_2048;
+	case 4096: return FERRY_MTU_4096;
+	default: return 0;
+	}
+}
+
+struct ferry_context *pp_open_device(const char *devname)
+{
+	struct ferry_device **list = ferry_get_device_list(NULL);
+	struct ferry_context *context = NULL;
+	int i;
+
+	if (!list) {
+		perror("Failed to get devices list");
+		return NULL;
+	}
+	for (i = 0; list[i]; i++)
+		if (!devname || strcmp(ferry_get_device_name(list[i]), devname) == 0)
+			break;
+	if (!list[i])
+		fprintf(stderr, devname ? "Device %s not found\n" : "No devices found\n",
+			devname);
+	else if (!(context = ferry_open_device(list[i])))
+		fprintf(stderr, "Couldn't get context for %s\n", ferry_get_device_name(list[i]));
+	ferry_free_device_list(list);
+	return context;
+}
+
+int pp_wait_cq_event(struct ferry_comp_channel *channel, struct ferry_cq *cq,
+		     unsigned int *events_p)
+{
+	struct ferry_cq *ev_cq;
+	void *ev_ctx;
+
+	if (ferry_get_cq_event(channel, &ev_cq, &ev_ctx) < 0) {
+		perror("Failed to get cq_event");
+		return -1;
+	}
+	(*events_p)++;
+	if (ev_cq != cq) {
+		fprintf(stderr, "CQ event for unknown CQ %p\n", (void *)ev_cq);
+		return -1;
+	}
+	if (ferry_req_notify_cq(cq, 0) < 0) {
+		perror("Couldn't request CQ notification");
+		return -1;
+	}
+	return 0;
+}
+
+void pp_report(unsigned int size, unsigned int iters, const struct timeval *start,
+	       const struct timeval *end)
+{
+	double usec = (double)(end->tv_sec - start->tv_sec) * 1e6 +
+		      (double)(end->tv_usec - start->tv_usec);
+	long long bytes = (long long)size * iters * 2;
+
+	printf("%lld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1e6,
+	       (double)bytes * 8. / usec);
+	printf("%u iters in %.2f seconds = %.2f usec/iter\n", iters, usec / 1e6,
+	       usec / iters);
 }

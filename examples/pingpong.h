@@ -74,4 +74,21 @@ int pp_dest_parse(const char msg[PP_MSG_SIZE], struct pp_dest *dest_p);
 #define PP_GID_STRLEN 46
 void pp_gid_str(const union ferry_gid *gid, char buf[PP_GID_STRLEN]);
 
+/*
+ * What rc_pingpong and srq_pingpong share besides the exchange, as
+ * rdma-core's examples share pingpong.c: a number in [lo, hi] from the
+ * command line (-1 after saying what is wrong); an MTU in bytes as the
+ * enum (0: not one); the device named (NULL: the first); with -e, one CQ
+ * event waited for, counted in *events_p and re-armed; the closing lines
+ * of the ibv_*_pingpong report.
+ */
+struct timeval;
+long pp_number(const char *what, const char *text, long lo, long hi);
+enum ferry_mtu pp_mtu_of(long mtu);
+struct ferry_context *pp_open_device(const char *devname);
+int pp_wait_cq_event(struct ferry_comp_channel *channel, struct ferry_cq *cq,
+		     unsigned int *events_p);
+void pp_report(unsigned int size, unsigned int iters, const struct timeval *start,
+	       const struct timeval *end);
+
 #endif /* FERRY_EXAMPLES_PINGPONG_H */

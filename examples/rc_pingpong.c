@@ -84,18 +84,6 @@ static void pp_usage(const char *argv0)
 	printf("  -U, --uc               an unreliable-connection QP (as ibv_uc_pingpong)\n");
 }
 
-static enum ferry_mtu pp_mtu_of(long mtu)
-{
-	switch (mtu) {
-	case 256: return FERRY_MTU_256;
-	case 512: return FERRY_MTU_512;
-	case 1024: return FERRY_MTU_1024;
-	case 2048: return FERRY_MTU_2048;
-	case 4096: return FERRY_MTU_4096;
-	default: return 0;
-	}
-}
-
 static const struct option pp_long_options[] = {
 	{ "port", required_argument, NULL, 'p' },
 	{ "ib-dev", required_argument, NULL, 'd' },
@@ -111,19 +99,6 @@ static const struct option pp_long_options[] = {
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 }
 };
-
-/* A number in [lo, hi], or -1 after saying what is wrong. */
-static long pp_number(const char *what, const char *text, long lo, long hi)
-{
-	char *end;
-	long v = strtol(text, &end, 0);
-
-	if (*text == '\0' || *end != '\0' || v < lo || v > hi) {
-		fprintf(stderr, "bad %s: %s\n", what, text);
-		return -1;
-	}
-	return v;
-}
 
 static int pp_opt_take(struct pp_opts *o, int c, const char *arg)
 {
@@ -172,28 +147,6 @@ static int pp_parse(int argc, char **argv, struct pp_opts *o)
 	return 0;
 }
 
-static struct ferry_context *pp_open(const char *devname)
-{
-	struct ferry_device **list = ferry_get_device_list(NULL);
-	struct ferry_context *context = NULL;
-	int i;
-
-	if (!list) {
-		perror("Failed to get devices list");
-		return NULL;
-	}
-	for (i = 0; list[i]; i++)
-		if (!devname || strcmp(ferry_get_device_name(list[i]), devname) == 0)
-			break;
-	if (!list[i])
-		fprintf(stderr, devname ? "Device %s not found\n" : "No devices found\n",
-			devname);
-	else if (!(context = ferry_open_device(list[i])))
-		fprintf(stderr, "Couldn't get context for %s\n", ferry_get_device_name(list[i]));
-	ferry_free_device_list(list);
-	return context;
-}
-
 /* RESET -> INIT; receives may be posted from here. */
 static int pp_qp_init(struct pp_ctx *ctx, const struct pp_opts *o)
 {
@@ -232,7 +185,7 @@ static int pp_ctx_open(struct pp_ctx *ctx, const struct pp_opts *o)
 	ctx->rx_depth = o->rx_depth;
 	ctx->send_flags = FERRY_SEND_SIGNALED;
 	ctx->buf = ferry_alloc(o->size);
-	ctx->context = pp_open(o->devname);
+	ctx->context = pp_open_device(o->devname);
 	if (!ctx->buf || !ctx->context)
 		return -1;
 	memset(ctx->buf, 0x7b, o->size);
@@ -385,23 +338,7 @@ static int pp_on_wc(struct pp_ctx *ctx, struct pp_run *r, const struct ferry_wc 
 /* With -e: sleep until the CQ has an event, and ask for the next. */
 static int pp_wait_event(struct pp_ctx *ctx)
 {
-	struct ferry_cq *ev_cq;
-	void *ev_ctx;
-
-	if (ferry_get_cq_event(ctx->channel, &ev_cq, &ev_ctx) < 0) {
-		perror("Failed to get cq_event");
-		return -1;
-	}
-	ctx->cq_events++;
-	if (ev_cq != ctx->cq) {
-		fprintf(stderr, "CQ event for unknown CQ %p\n", (void *)ev_cq);
-		return -1;
-	}
-	if (ferry_req_notify_cq(ctx->cq, 0) < 0) {
-		perror("Couldn't request CQ notification");
-		return -1;
-	}
-	return 0;
+	return pp_wait_cq_event(ctx->channel, ctx->cq, &ctx->cq_events);
 }
 
 static int pp_loop(struct pp_ctx *ctx, const struct pp_opts *o, struct pp_run *r)
@@ -484,19 +421,6 @@ static int pp_trade(struct pp_ctx *ctx, const struct pp_opts *o, const struct pp
 	return o->server ? pp_connect(ctx, o, mine->psn, peer) : 0;
 }
 
-static void pp_report(const struct pp_opts *o, const struct timeval *start,
-		      const struct timeval *end)
-{
-	double usec = (double)(end->tv_sec - start->tv_sec) * 1e6 +
-		      (double)(end->tv_usec - start->tv_usec);
-	long long bytes = (long long)o->size * o->iters * 2;
-
-	printf("%lld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1e6,
-	       (double)bytes * 8. / usec);
-	printf("%u iters in %.2f seconds = %.2f usec/iter\n", o->iters, usec / 1e6,
-	       usec / o->iters);
-}
-
 int main(int argc, char **argv)
 {
 	struct pp_run r = { 0 };
@@ -535,7 +459,7 @@ int main(int argc, char **argv)
 	if (pp_loop(&ctx, &o, &r) < 0)
 		goto out;
 	gettimeofday(&end, NULL);
-	pp_report(&o, &start, &end);
+	pp_report(o.size, o.iters, &start, &end);
 	ret = 0;
 out:
 	pp_ctx_close(&ctx);
