@@ -1,6 +1,6 @@
 # port-lib.sh - a free TCP port for a test's server.  Sourced (bash) by
-# tests/preload/lib.sh and the ping-pong scripts (pingpong.sh,
-# ud-pingpong.sh, srq_pingpong.sh).
+# tests/preload/lib.sh and the ping-pong scripts (pingpong.sh
+# and ud-pingpong.sh).
 # shellcheck shell=bash
 
 # pick_port: a random port below the kernel's ephemeral ones (where the

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# interop-pingpong.sh - ferry's rc_pingpong / uc_pingpong (examples/)
-# against rdma-core's ibv_rc_pingpong / ibv_uc_pingpong over the verbs
-# transport, each as the server of the other: QPs joined out of band, the
-# addresses traded over TCP in rdma-core's text format.  Run INSIDE the
+# interop-pingpong.sh - ferry's rc_pingpong / uc_pingpong / srq_pingpong
+# (examples/) against rdma-core's ibv_rc_pingpong / ibv_uc_pingpong /
+# ibv_srq_pingpong over the verbs transport, each as the server of the
+# other: QPs joined out of band (16 RC QPs a side on one SRQ for
+# srq_pingpong), the addresses traded over TCP in rdma-core's text format.  Run INSIDE the
 # Soft-RoCE VM (tests/rxe/rxe-vm.sh), from the top of the build tree:
 #
 #   tests/rxe/rxe-vm.sh -- tests/rxe/interop-pingpong.sh
@@ -21,9 +22,11 @@ iters=${RXE_PP_ITERS:-200}
 skip() { echo "$prog: SKIP: $*"; exit 77; }
 failed=0
 
-[ -x ./examples/rc_pingpong ] && [ -x ./examples/uc_pingpong ] ||
-	skip "examples/rc_pingpong and uc_pingpong are not built"
-command -v ibv_rc_pingpong >/dev/null || skip "ibv_rc_pingpong (ibverbs-utils) is not installed"
+[ -x ./examples/rc_pingpong ] && [ -x ./examples/uc_pingpong ] &&
+	[ -x ./examples/srq_pingpong ] ||
+	skip "examples/rc_pingpong, uc_pingpong and srq_pingpong are not built"
+command -v ibv_rc_pingpong >/dev/null && command -v ibv_srq_pingpong >/dev/null ||
+	skip "ibv_rc_pingpong and ibv_srq_pingpong (ibverbs-utils) are not installed"
 dev=$(ibv_devices 2>/dev/null | awk '/rxe/ { print $1; exit }')
 [ -n "$dev" ] || skip "no rxe device: run this inside the VM of tests/rxe/rxe-vm.sh"
 
@@ -54,7 +57,8 @@ trap cleanup EXIT
 port=$(( 19000 + ($$ % 1000) ))
 
 # Until something listens on TCP port $1 (rdma-core's client dials once
-# and gives up; a server under emulation takes seconds to open its device).
+# and gives up; a server under emulation takes seconds to open its device,
+# and to make srq_pingpong's 16 QPs).
 wait_listen() {
 	local i
 	for i in $(seq 1 100); do
@@ -69,12 +73,12 @@ pair() {
 	local name=$1 srv_cmd=$2 cli_cmd=$3 srv cli
 	port=$((port + 1))
 	# shellcheck disable=SC2086
-	timeout 120 $srv_cmd -p "$port" -g "$gidx" -n "$iters" >"$tmp/$name.srv" 2>&1 &
+	timeout 180 $srv_cmd -p "$port" -g "$gidx" -n "$iters" >"$tmp/$name.srv" 2>&1 &
 	srv=$!
 	pids+=("$srv")
 	wait_listen "$port"
 	# shellcheck disable=SC2086
-	timeout 120 $cli_cmd -p "$port" -g "$gidx" -n "$iters" 127.0.0.1 >"$tmp/$name.cli" 2>&1
+	timeout 180 $cli_cmd -p "$port" -g "$gidx" -n "$iters" 127.0.0.1 >"$tmp/$name.cli" 2>&1
 	cli=$?
 	wait "$srv"
 	srv=$?
@@ -82,8 +86,8 @@ pair() {
 	   ! grep -q "^$iters iters in" "$tmp/$name.cli" ||
 	   ! grep -q "^$iters iters in" "$tmp/$name.srv"; then
 		echo "$prog: FAIL: $name (client $cli, server $srv)"
-		sed "s/^/  client: /" "$tmp/$name.cli"
-		sed "s/^/  server: /" "$tmp/$name.srv"
+		grep -v "address:" "$tmp/$name.cli" | tail -n 5 | sed "s/^/  client: /"
+		grep -v "address:" "$tmp/$name.srv" | tail -n 5 | sed "s/^/  server: /"
 		failed=1
 		return
 	fi
@@ -95,5 +99,10 @@ pair "rc ibv server, ferry client" "ibv_rc_pingpong -d $dev" "./examples/rc_ping
 pair "uc ferry server, ibv client" "./examples/uc_pingpong" "ibv_uc_pingpong -d $dev"
 pair "uc ibv server, ferry client" "ibv_uc_pingpong -d $dev" "./examples/uc_pingpong"
 pair "rc ferry both, events" "./examples/rc_pingpong -e" "./examples/rc_pingpong -e"
+srq=./examples/srq_pingpong
+pair "srq ferry server, ibv client" "$srq" "ibv_srq_pingpong -d $dev"
+pair "srq ibv server, ferry client" "ibv_srq_pingpong -d $dev" "$srq"
+pair "srq ferry server, ibv client, events" "$srq -e" "ibv_srq_pingpong -d $dev -e"
+pair "srq ferry both" "$srq -q 8 -r 64" "$srq -q 8 -r 64"
 [ "$failed" -eq 0 ] && echo "$prog: all passed"
 exit $failed
