@@ -4,7 +4,8 @@
 #   listener  a sender under the preload listens and passes its listener to
 #             a receiver (under the preload, then plain) that accepts;
 #             the sender never accepts.  Every client, ferry ones (under
-#             the preload) and plain TCP ones, is served by the receiver:
+#             the preload, which say they went TCP) and plain TCP ones,
+#             is served by the receiver:
 #             none is taken into the sender's ferry listener (it would
 #             wait there for good); the sender says its listener went TCP.
 #   conn      a connection the sender made over ferry cannot be passed:
@@ -43,6 +44,10 @@ listener() {
 		[ "$got" = "served by receiver" ] ||
 			fail "$what: client $i got '$got' (rc $?), not served by the receiver:" \
 				"$(grep -v debug "$tmp/cli$i.err" | head -n 3)"
+		# and over TCP: no ferry listener is left on the port
+		[ "$i" = 3 ] || grep -Eq "^ferry\[[0-9]+\]: info: connect to 127\.0\.0\.1:$port: .*: TCP\$" \
+			"$tmp/cli$i.err" || fail "$what: ferry client $i does not say it went TCP:" \
+				"$(grep connect "$tmp/cli$i.err" | head -n 3)"
 	done
 	reap "$rpid" 10
 	[ "$reaped" = 0 ] || fail "$what: the receiver exited with $reaped: $(cat "$tmp/recv-$rmode.err")"
