@@ -42,7 +42,7 @@ listener() {
 		if [ "$i" = 3 ]; then wrap_for tcp client; else wrap_for ferry client; fi
 		got=$(timeout -k 2 10 "${wrap[@]}" "$py" "$helper" client "$port" 2>"$tmp/cli$i.err")
 		[ "$got" = "served by receiver" ] ||
-			fail "$what: client $i got '$got' (rc $?), not served by the receiver:" \
+			fail "$what: client $i got '$got', not served by the receiver:" \
 				"$(grep -v debug "$tmp/cli$i.err" | head -n 3)"
 		# and over TCP: no ferry listener is left on the port
 		[ "$i" = 3 ] || grep -Eq "^ferry\[[0-9]+\]: info: connect to 127\.0\.0\.1:$port: .*: TCP\$" \
