@@ -127,8 +127,6 @@ void fp_listen_downgrade(int fd, struct fp_fd *e, bool in_child)
 		FP_ENTER();
 		ferry_sock_close(e->ferry_fd);
 		FP_LEAVE();
-		fp_info("fd %d: a listener that never accepted is shared by fork: "
-			"TCP only from now on", fd);
 	}
 	e->ferry_fd = -1;
 	e->rdv_fd = -1;
@@ -170,6 +168,8 @@ static void fp_fork_prepare_listener(int fd, struct fp_fd *e, void *arg)
 		fp_info("fd %d: a listener shared by fork: ferry clients go to "
 			"whichever process accepts", fd);
 	} else if (!e->accepted) {
+		fp_info("fd %d: a listener that never accepted is shared by fork: "
+			"TCP only from now on", fd);
 		fp_listen_downgrade(fd, e, false);
 	}
 }

@@ -157,6 +157,61 @@ FP_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 	return FP_CALL(ferry_sock_send(s, buf, n, flags & ~FP_SEND_IGNORED));
 }
 
+/*
+ * Descriptors passed with SCM_RIGHTS (socket activation, binary upgrades).
+ * The receiver gets the kernel fds, not the shim's state for them:
+ *  - a listener's ferry side cannot follow (its CM state is this
+ *    process's), and left here it would keep taking ferry clients into a
+ *    process that may never accept them; so the listener steps aside to
+ *    TCP, in this process too: the receiver gets a plain TCP listener and
+ *    every client is served by whichever process accepts;
+ *  - a ferry connection's fd is the socket's epoll fd, not a TCP socket:
+ *    what the receiver got would be garbage to it, so the message is
+ *    refused (EOPNOTSUPP) and nothing is passed; the connection stays the
+ *    sender's, whole.
+ * Returns -1 (errno set) to refuse the message.
+ */
+static int fp_pass_rights(const struct msghdr *msg)
+{
+	struct cmsghdr *c;
+	struct fp_fd *e;
+	size_t i, n;
+	int *fds;
+
+	if (!msg || !msg->msg_control || fp_inside())
+		return 0;
+	for (c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		fds = (int *)(void *)CMSG_DATA(c);
+		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < n; i++) {
+			e = fp_get(fds[i]);
+			if (e && e->kind == FP_FERRY) {
+				fp_info("fd %d: a ferry connection cannot be passed with "
+					"SCM_RIGHTS: refused (EOPNOTSUPP)", fds[i]);
+				errno = EOPNOTSUPP;
+				return -1;
+			}
+		}
+	}
+	for (c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		fds = (int *)(void *)CMSG_DATA(c);
+		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < n; i++) {
+			e = fp_get(fds[i]);
+			if (e && e->kind == FP_LISTEN) {
+				fp_info("fd %d: a listener passed with SCM_RIGHTS: "
+					"TCP only from now on", fds[i]);
+				fp_listen_downgrade(fds[i], e, false);
+			}
+		}
+	}
+	return 0;
+}
+
 FP_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	int s = fp_ferry(fd);
@@ -164,6 +219,8 @@ FP_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	fp_real_init();
 	if (s < 0) {
 		fp_fastopen(fd, flags, msg ? msg->msg_name : NULL, msg ? msg->msg_namelen : 0);
+		if (fp_pass_rights(msg) < 0)
+			return -1;
 		return fp_real.sendmsg(fd, msg, flags);
 	}
 	if (msg && msg->msg_name) {
@@ -211,8 +268,12 @@ FP_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
 	ssize_t r;
 
 	fp_real_init();
-	if (s < 0)
+	if (s < 0) {
+		for (i = 0; i < n; i++)
+			if (fp_pass_rights(&v[i].msg_hdr) < 0)
+				return -1;
 		return fp_real.sendmmsg(fd, v, n, flags);
+	}
 	for (i = 0; i < n; i++) {
 		r = FP_CALL(ferry_sock_sendmsg(s, &v[i].msg_hdr, flags));
 		if (r < 0)
