@@ -158,6 +158,43 @@ FP_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 }
 
 /*
+ * The descriptors of SCM_RIGHTS header @c, and their number in *n_p; NULL
+ * for another kind of header.  The program's header is not trusted: a
+ * length shorter than a header, or past the control buffer, counts none
+ * (the kernel refuses such a message with EINVAL anyway).
+ */
+static int *fp_rights_of(const struct msghdr *msg, struct cmsghdr *c, size_t *n_p)
+{
+	size_t room = msg->msg_controllen - (size_t)((char *)c - (char *)msg->msg_control);
+
+	*n_p = 0;
+	if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+	    c->cmsg_len < CMSG_LEN(0) || c->cmsg_len > room)
+		return NULL;
+	*n_p = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+	return (int *)(void *)CMSG_DATA(c);
+}
+
+/* The first descriptor of @msg's SCM_RIGHTS that is of @kind, or -1. */
+static int fp_rights_find(const struct msghdr *msg, enum fp_kind kind)
+{
+	struct cmsghdr *c;
+	struct fp_fd *e;
+	size_t i, n;
+	int *fds;
+
+	for (c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+		fds = fp_rights_of(msg, c, &n);
+		for (i = 0; i < n; i++) {
+			e = fp_get(fds[i]);
+			if (e && e->kind == kind)
+				return fds[i];
+		}
+	}
+	return -1;
+}
+
+/*
  * Descriptors passed with SCM_RIGHTS (socket activation, binary upgrades).
  * The receiver gets the kernel fds, not the shim's state for them:
  *  - a listener's ferry side cannot follow (its CM state is this
@@ -173,41 +210,21 @@ FP_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
  */
 static int fp_pass_rights(const struct msghdr *msg)
 {
-	struct cmsghdr *c;
-	struct fp_fd *e;
-	size_t i, n;
-	int *fds;
+	int fd;
 
 	if (!msg || !msg->msg_control || fp_inside())
 		return 0;
-	for (c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		fds = (int *)(void *)CMSG_DATA(c);
-		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (i = 0; i < n; i++) {
-			e = fp_get(fds[i]);
-			if (e && e->kind == FP_FERRY) {
-				fp_info("fd %d: a ferry connection cannot be passed with "
-					"SCM_RIGHTS: refused (EOPNOTSUPP)", fds[i]);
-				errno = EOPNOTSUPP;
-				return -1;
-			}
-		}
+	fd = fp_rights_find(msg, FP_FERRY);
+	if (fd >= 0) {
+		fp_info("fd %d: a ferry connection cannot be passed with "
+			"SCM_RIGHTS: refused (EOPNOTSUPP)", fd);
+		errno = EOPNOTSUPP;
+		return -1;
 	}
-	for (c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		fds = (int *)(void *)CMSG_DATA(c);
-		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (i = 0; i < n; i++) {
-			e = fp_get(fds[i]);
-			if (e && e->kind == FP_LISTEN) {
-				fp_info("fd %d: a listener passed with SCM_RIGHTS: "
-					"TCP only from now on", fds[i]);
-				fp_listen_downgrade(fds[i], e, false);
-			}
-		}
+	while ((fd = fp_rights_find(msg, FP_LISTEN)) >= 0) {
+		fp_info("fd %d: a listener passed with SCM_RIGHTS: "
+			"TCP only from now on", fd);
+		fp_listen_downgrade(fd, fp_get(fd), false);
 	}
 	return 0;
 }
