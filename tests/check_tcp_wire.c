@@ -92,6 +92,46 @@ START_TEST(test_crc_alignment_and_chaining)
 }
 END_TEST
 
+/* Long buffers take the hardware path's three interleaved streams (384
+ * bytes and more, 3072 and more) and the combining of their states: every
+ * length around those edges, at odd offsets, and chained across a cut
+ * inside a stream, must equal the slice-by-8 software CRC. */
+START_TEST(test_crc_streams_vs_software)
+{
+	static uint8_t buf[3 * 3072 + 64];
+	static const size_t lens[] = { 383, 384, 385, 391, 392, 767, 768, 1000,
+		3071, 3072, 3073, 3079, 3456, 6143, 6144, 6151, 9216, 9217 };
+
+	srand(11);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)rand();
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+		for (size_t off = 0; off < 8; off += 3) {
+			size_t n = lens[l];
+			uint32_t want = tcpw_crc32c_sw(0, buf + off, n);
+
+			ck_assert_uint_eq(tcpw_crc32c(0, buf + off, n), want);
+			if (tcpw_crc32c_hw_available())
+				ck_assert_uint_eq(tcpw_crc32c_hw(0, buf + off, n), want);
+			for (size_t cut = 1; cut < n; cut += 511)
+				ck_assert_uint_eq(tcpw_crc32c(tcpw_crc32c(0, buf + off, cut),
+							      buf + off + cut, n - cut),
+						  want);
+		}
+	}
+	/* random lengths and contents, and a seed CRC that is not zero */
+	for (int r = 0; r < 200; r++) {
+		size_t n = (size_t)rand() % (sizeof(buf) - 8), off = (size_t)rand() % 8;
+		uint32_t seed = (uint32_t)rand();
+
+		for (size_t i = 0; i < n; i++)
+			buf[off + i] = (uint8_t)rand();
+		ck_assert_uint_eq(tcpw_crc32c(seed, buf + off, n),
+				  tcpw_crc32c_sw(seed, buf + off, n));
+	}
+}
+END_TEST
+
 /* ---- MPA -------------------------------------------------------------- */
 
 static const uint8_t key_req[] = "MPA ID Req Frame";
@@ -599,6 +639,7 @@ Suite *tcp_wire_suite(void)
 
 	tcase_add_test(crc, test_crc_vectors);
 	tcase_add_test(crc, test_crc_alignment_and_chaining);
+	tcase_add_test(crc, test_crc_streams_vs_software);
 	suite_add_tcase(s, crc);
 	tcase_add_test(mpa, test_mpa_request_bytes);
 	tcase_add_test(mpa, test_mpa_round_trip);
