@@ -650,6 +650,57 @@ static void case_client_emfile(void)
 	close(l);
 }
 
+/*
+ * A control header the program got wrong is the kernel's to refuse
+ * (EINVAL), never read past by the shim: a header that claims more
+ * descriptors than its buffer holds (a ferry connection's number lies
+ * just past it, which the shim would have refused with EOPNOTSUPP), and
+ * one shorter than a header.
+ */
+static void case_rights_malformed(void)
+{
+	struct {
+		union {
+			char buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} ctl;
+		int past[8];
+	} m;
+	struct msghdr msg = { 0 };
+	struct iovec iov;
+	struct cmsghdr *h;
+	int l, c, a, sv[2], i;
+	char b = 'x';
+
+	CHECK(pair(&l, &c, &a), "pair");
+	CHECK(!strcmp(transport(c), "shm"), "client transport '%s'", transport(c));
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+	memset(&m, 0, sizeof(m));
+	for (i = 0; i < 8; i++)
+		m.past[i] = c;
+	iov.iov_base = &b;
+	iov.iov_len = 1;
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = m.ctl.buf;
+	msg.msg_controllen = sizeof(m.ctl.buf);
+	h = CMSG_FIRSTHDR(&msg);
+	h->cmsg_level = SOL_SOCKET;
+	h->cmsg_type = SCM_RIGHTS;
+	h->cmsg_len = CMSG_LEN(9 * sizeof(int));
+	memcpy(CMSG_DATA(h), &sv[1], sizeof(int));
+	errno = 0;
+	CHECK(sendmsg(sv[0], &msg, 0) < 0 && errno == EINVAL,
+	      "a header past its buffer: not EINVAL");
+	h->cmsg_len = sizeof(int);
+	errno = 0;
+	CHECK(sendmsg(sv[0], &msg, 0) < 0 && errno == EINVAL,
+	      "a header shorter than a header: not EINVAL");
+	close(sv[0]);
+	close(sv[1]);
+	unpair(l, c, a);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -671,6 +722,7 @@ static const struct {
 	{ "fork_listener", case_fork_listener },
 	{ "fork_listener_default", case_fork_listener_default },
 	{ "client_emfile", case_client_emfile },
+	{ "rights_malformed", case_rights_malformed },
 };
 
 int main(int argc, char **argv)
